@@ -1,0 +1,3 @@
+//! Subcommands of the `sluice` binary.
+
+pub mod plan;
