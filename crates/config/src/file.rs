@@ -1,0 +1,76 @@
+//! The file schema: what operators write, field for field. No rule beyond types lives here.
+
+use serde::Deserialize;
+use sluice_units::{ByteSize, HumanDuration, Rate};
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    pub gateway: Option<FileGateway>,
+    pub backend: Option<FileBackend>,
+    pub agent: Option<FileAgent>,
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<FileTenant>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileGateway {
+    pub listen: Option<String>,
+    pub data_dir: Option<String>,
+    pub region: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub max_object_size: Option<ByteSize>,
+    pub capacity: Option<FileCapacity>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileCapacity {
+    pub bandwidth: Option<Rate>,
+    pub ops: Option<f64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileBackend {
+    pub url: Option<String>,
+    pub endpoint: Option<String>,
+    pub region: Option<String>,
+    pub access_key: Option<String>,
+    pub secret_key: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAgent {
+    pub listen: Option<String>,
+    pub data_dir: Option<String>,
+    pub upstream: Option<String>,
+    pub status_listen: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileTenant {
+    pub id: String,
+    pub access_key: String,
+    pub secret_key: String,
+    pub capacity: Option<ByteSize>,
+    pub reservation: Option<Rate>,
+    pub weight: Option<f64>,
+    pub limit: Option<Rate>,
+    pub local_capacity: Option<ByteSize>,
+    pub drain_rate: Option<Rate>,
+    pub interval: Option<HumanDuration>,
+    pub retention: Option<FileRetention>,
+    pub commit_markers: Option<Vec<String>>,
+}
+
+/// `retention = 2` (checkpoints) or `retention = "500GiB"` (bytes).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum FileRetention {
+    Checkpoints(u32),
+    Bytes(ByteSize),
+}

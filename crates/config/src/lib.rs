@@ -1,0 +1,170 @@
+//! sluice configuration, parsed at the edge in two layers.
+//!
+//! [`file`] is the serde schema of the TOML file exactly as operators write it (every table
+//! denies unknown fields: a typo in a limit must not become a silent SLA breach). [`Config`]
+//! and friends are the validated runtime types the rest of sluice consumes: sizes are bytes,
+//! rates are bytes per second, enums are enums, and every cross-field rule (unique tenant ids
+//! and access keys, reservations that fit the capacity) has been checked. Errors name the
+//! field, e.g. `tenant[1] "bob": capacity: unknown unit "GiBs"`.
+//!
+//! This crate owns no I/O beyond reading the file it is pointed at.
+
+mod file;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use file::FileConfig;
+pub use validate::validate;
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{field}: {problem}")]
+    Invalid { field: String, problem: String },
+}
+
+impl ConfigError {
+    pub(crate) fn invalid(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self::Invalid {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// A whole sluice configuration: a gateway, an agent, or both, and the tenants.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub gateway: Option<GatewayConfig>,
+    pub backend: Backend,
+    pub agent: Option<AgentConfig>,
+    pub tenants: Vec<Tenant>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    pub region: String,
+    pub metrics_listen: Option<String>,
+    /// Largest single object body accepted by PutObject or UploadPart.
+    pub max_object_size: u64,
+    pub capacity: Capacity,
+}
+
+/// What the shared tier can serve, handed out by the throughput scheduler.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Capacity {
+    /// Bytes per second.
+    pub bandwidth: f64,
+    /// Operations per second.
+    pub ops: f64,
+}
+
+/// Where object data lives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// The local filesystem under `data_dir/objects` (fsync on).
+    Local,
+    /// Any S3-compatible store, through `object_store`'s S3 client.
+    S3(S3Backend),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Backend {
+    pub bucket: String,
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub listen: String,
+    pub data_dir: PathBuf,
+    pub upstream: String,
+    pub status_listen: Option<String>,
+}
+
+/// A tenant: identity, keys, and its share of each isolation boundary.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub id: String,
+    pub access_key: String,
+    pub secret_key: String,
+    /// Hard quota on the shared tier, bytes.
+    pub capacity: u64,
+    pub qos: Qos,
+    pub local: LocalSpec,
+}
+
+/// dmClock parameters in bytes per second (reservation, limit) and a relative weight.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Qos {
+    pub reservation: f64,
+    pub weight: f64,
+    /// `None`: no cap beyond the tier's capacity.
+    pub limit: Option<f64>,
+}
+
+/// The node agent's per-tenant settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalSpec {
+    pub local_capacity: u64,
+    pub drain_rate: Option<f64>,
+    pub interval: Option<Duration>,
+    pub retention: Retention,
+    pub commit_markers: Vec<String>,
+}
+
+/// How much durable-upstream data the agent keeps on local disk for fast restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retention {
+    /// Keep the newest N checkpoint prefixes.
+    Checkpoints(u32),
+    /// Keep up to this many bytes.
+    Bytes(u64),
+}
+
+/// Commit markers honoured when a tenant names none (DCP, Orbax, Megatron, convention).
+pub const DEFAULT_COMMIT_MARKERS: &[&str] = &[
+    ".metadata",
+    "commit_success.txt",
+    "latest_checkpointed_iteration.txt",
+    "*.commit",
+];
+
+impl Config {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates configuration text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<Self, ConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: origin.to_owned(),
+            message: e.to_string(),
+        })?;
+        let base = origin.parent().unwrap_or_else(|| Path::new("."));
+        validate(file, base)
+    }
+
+    pub fn tenant(&self, id: &str) -> Option<&Tenant> {
+        self.tenants.iter().find(|t| t.id == id)
+    }
+}

@@ -1,0 +1,337 @@
+//! From the file schema to validated runtime types. Every error names its field.
+
+use std::collections::HashSet;
+use std::path::Path;
+
+use crate::file::{FileConfig, FileRetention, FileTenant};
+use crate::{
+    AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, GatewayConfig,
+    LocalSpec, Qos, Retention, S3Backend, Tenant,
+};
+
+const GIB: u64 = 1024 * 1024 * 1024;
+/// Default shared-tier capacity when `[gateway.capacity]` is absent: effectively unbounded,
+/// so a plain gateway never throttles until an operator states what the tier can do.
+const UNBOUNDED_BANDWIDTH: f64 = 1e15;
+const UNBOUNDED_OPS: f64 = 1e9;
+
+/// Validates a parsed file; relative paths resolve against `base` (the file's directory).
+pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
+    let resolve = |p: &str| {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            base.join(p)
+        }
+    };
+
+    let gateway = match file.gateway {
+        None => None,
+        Some(g) => {
+            let capacity = match g.capacity {
+                None => Capacity {
+                    bandwidth: UNBOUNDED_BANDWIDTH,
+                    ops: UNBOUNDED_OPS,
+                },
+                Some(c) => {
+                    let bandwidth = c.bandwidth.map_or(UNBOUNDED_BANDWIDTH, |r| r.0);
+                    let ops = c.ops.unwrap_or(UNBOUNDED_OPS);
+                    positive("gateway.capacity.bandwidth", bandwidth)?;
+                    positive("gateway.capacity.ops", ops)?;
+                    Capacity { bandwidth, ops }
+                }
+            };
+            let region = g.region.unwrap_or_else(|| "us-east-1".to_owned());
+            if region.is_empty() {
+                return Err(ConfigError::invalid("gateway.region", "must not be empty"));
+            }
+            let max_object_size = g.max_object_size.map_or(5 * 1024 * GIB, |s| s.0);
+            if max_object_size == 0 {
+                return Err(ConfigError::invalid(
+                    "gateway.max_object_size",
+                    "must be positive",
+                ));
+            }
+            Some(GatewayConfig {
+                listen: g.listen.unwrap_or_else(|| "127.0.0.1:9000".to_owned()),
+                data_dir: resolve(g.data_dir.as_deref().unwrap_or("./data/gateway")),
+                region,
+                metrics_listen: g.metrics_listen,
+                max_object_size,
+                capacity,
+            })
+        }
+    };
+
+    let backend = match file.backend {
+        None => Backend::Local,
+        Some(b) => match b.url.as_deref() {
+            None | Some("" | "file://" | "local") => Backend::Local,
+            Some(url) => {
+                let bucket = url.strip_prefix("s3://").ok_or_else(|| {
+                    ConfigError::invalid(
+                        "backend.url",
+                        format!("{url:?}: expected s3://BUCKET (or omit [backend] for the local filesystem)"),
+                    )
+                })?;
+                let bucket = bucket.trim_end_matches('/');
+                if bucket.is_empty() || bucket.contains('/') {
+                    return Err(ConfigError::invalid(
+                        "backend.url",
+                        format!("{url:?}: expected s3://BUCKET with a bucket name and no path"),
+                    ));
+                }
+                let access_key = b.access_key.ok_or_else(|| {
+                    ConfigError::invalid("backend.access_key", "required for an s3:// backend")
+                })?;
+                let secret_key = b.secret_key.ok_or_else(|| {
+                    ConfigError::invalid("backend.secret_key", "required for an s3:// backend")
+                })?;
+                Backend::S3(S3Backend {
+                    bucket: bucket.to_owned(),
+                    endpoint: b.endpoint,
+                    region: b.region.unwrap_or_else(|| "us-east-1".to_owned()),
+                    access_key,
+                    secret_key,
+                })
+            }
+        },
+    };
+
+    let agent = file.agent.map(|a| AgentConfig {
+        listen: a.listen.unwrap_or_else(|| "127.0.0.1:9100".to_owned()),
+        data_dir: resolve(a.data_dir.as_deref().unwrap_or("./data/agent")),
+        upstream: a
+            .upstream
+            .unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
+        status_listen: a.status_listen,
+    });
+    if let Some(a) = &agent
+        && !(a.upstream.starts_with("http://") || a.upstream.starts_with("https://"))
+    {
+        return Err(ConfigError::invalid(
+            "agent.upstream",
+            format!("{:?}: expected an http:// or https:// URL", a.upstream),
+        ));
+    }
+
+    let mut tenants = Vec::with_capacity(file.tenants.len());
+    let mut ids = HashSet::new();
+    let mut keys = HashSet::new();
+    for (i, t) in file.tenants.into_iter().enumerate() {
+        let label = format!("tenant[{i}] {:?}", t.id);
+        let tenant = tenant(t).map_err(|e| match e {
+            ConfigError::Invalid { field, problem } => {
+                ConfigError::invalid(format!("{label}: {field}"), problem)
+            }
+            other => other,
+        })?;
+        if !ids.insert(tenant.id.clone()) {
+            return Err(ConfigError::invalid(
+                format!("{label}: id"),
+                "duplicate tenant id",
+            ));
+        }
+        if !keys.insert(tenant.access_key.clone()) {
+            return Err(ConfigError::invalid(
+                format!("{label}: access_key"),
+                "another tenant already uses this access key",
+            ));
+        }
+        tenants.push(tenant);
+    }
+
+    if let Some(g) = &gateway {
+        check_reservations(&tenants, g.capacity)?;
+    }
+
+    Ok(Config {
+        gateway,
+        backend,
+        agent,
+        tenants,
+    })
+}
+
+/// Reservations are promises: their sum must fit what the tier can serve.
+pub(crate) fn check_reservations(tenants: &[Tenant], capacity: Capacity) -> Result<(), ConfigError> {
+    let total: f64 = tenants.iter().map(|t| t.qos.reservation).sum();
+    if total > capacity.bandwidth {
+        return Err(ConfigError::invalid(
+            "tenant.reservation",
+            format!(
+                "reservations sum to {} but gateway.capacity.bandwidth is {}",
+                sluice_units::Rate(total),
+                sluice_units::Rate(capacity.bandwidth)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn positive(field: &str, v: f64) -> Result<(), ConfigError> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::invalid(field, format!("{v} must be positive")))
+    }
+}
+
+fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
+    if t.id.is_empty()
+        || t.id.len() > 63
+        || !t
+            .id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'_')
+    {
+        return Err(ConfigError::invalid(
+            "id",
+            "1 to 63 characters of a-z, 0-9, '-' and '_'",
+        ));
+    }
+    if t.access_key.len() < 3 || t.access_key.len() > 128 || !t.access_key.is_ascii() {
+        return Err(ConfigError::invalid(
+            "access_key",
+            "3 to 128 ASCII characters",
+        ));
+    }
+    if t.secret_key.len() < 8 {
+        return Err(ConfigError::invalid(
+            "secret_key",
+            "at least 8 characters",
+        ));
+    }
+    let weight = t.weight.unwrap_or(1.0);
+    positive("weight", weight)?;
+    let reservation = t.reservation.map_or(0.0, |r| r.0);
+    let limit = t.limit.map(|r| r.0);
+    if let Some(l) = limit {
+        positive("limit", l)?;
+        if l < reservation {
+            return Err(ConfigError::invalid(
+                "limit",
+                "must not be below the reservation",
+            ));
+        }
+    }
+    let retention = match t.retention {
+        None => Retention::Checkpoints(2),
+        Some(FileRetention::Checkpoints(n)) => Retention::Checkpoints(n),
+        Some(FileRetention::Bytes(b)) => Retention::Bytes(b.0),
+    };
+    if let Some(d) = t.drain_rate {
+        positive("drain_rate", d.0)?;
+    }
+    let interval = t.interval.map(sluice_units::HumanDuration::get);
+    if interval.is_some_and(|i| i.is_zero()) {
+        return Err(ConfigError::invalid("interval", "must be positive"));
+    }
+    let commit_markers = t.commit_markers.unwrap_or_else(|| {
+        DEFAULT_COMMIT_MARKERS
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect()
+    });
+    if let Some(bad) = commit_markers.iter().find(|m| m.is_empty() || m.contains('/')) {
+        return Err(ConfigError::invalid(
+            "commit_markers",
+            format!("{bad:?}: a marker is a file name (or *.suffix), not a path"),
+        ));
+    }
+    Ok(Tenant {
+        id: t.id,
+        access_key: t.access_key,
+        secret_key: t.secret_key,
+        capacity: t.capacity.map_or(u64::MAX, |c| c.0),
+        qos: Qos {
+            reservation,
+            weight,
+            limit,
+        },
+        local: LocalSpec {
+            local_capacity: t.local_capacity.map_or(u64::MAX, |c| c.0),
+            drain_rate: t.drain_rate.map(|r| r.0),
+            interval,
+            retention,
+            commit_markers,
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("/etc/sluice/sluice.toml"))
+    }
+
+    const ALICE: &str = "[[tenant]]\nid = \"alice\"\naccess_key = \"AKALICE\"\nsecret_key = \"alice-secret\"\n";
+
+    #[test]
+    fn defaults_fill_a_minimal_gateway() {
+        let c = parse(&format!("[gateway]\n{ALICE}capacity = \"10MiB\"\n")).expect("valid");
+        let g = c.gateway.expect("gateway");
+        assert_eq!(g.listen, "127.0.0.1:9000");
+        assert_eq!(g.data_dir, Path::new("/etc/sluice/./data/gateway"));
+        assert_eq!(c.backend, Backend::Local);
+        assert_eq!(c.tenants[0].capacity, 10 * 1024 * 1024);
+        assert_eq!(c.tenants[0].local.commit_markers.len(), 4);
+    }
+
+    #[test]
+    fn bad_size_names_tenant_and_field() {
+        let err = parse(&format!("{ALICE}capacity = \"10 furlongs\"\n"))
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("capacity"), "{err}");
+        assert!(err.contains("furlongs"), "{err}");
+    }
+
+    #[test]
+    fn unknown_tenant_field_is_refused() {
+        let err = parse(&format!("{ALICE}limt = \"1MiB/s\"\n"))
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("limt"), "{err}");
+    }
+
+    #[test]
+    fn duplicate_access_keys_are_refused() {
+        let bob = ALICE.replace("\"alice\"", "\"bob\"");
+        let err = parse(&format!("{ALICE}{bob}"))
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("tenant[1] \"bob\": access_key"), "{err}");
+    }
+
+    #[test]
+    fn reservations_above_capacity_are_refused() {
+        let text = format!(
+            "[gateway.capacity]\nbandwidth = \"100MiB/s\"\n{ALICE}reservation = \"80MiB/s\"\n{}reservation = \"30MiB/s\"\n",
+            ALICE.replace("alice", "bob").replace("AKALICE", "AKBOB")
+        );
+        let err = parse(&text).expect_err("must fail").to_string();
+        assert!(err.contains("reservations sum to"), "{err}");
+    }
+
+    #[test]
+    fn s3_backend_needs_credentials() {
+        let err = parse("[backend]\nurl = \"s3://tier\"\n")
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("backend.access_key"), "{err}");
+        let c = parse("[backend]\nurl = \"s3://tier\"\nendpoint = \"http://127.0.0.1:8333\"\naccess_key = \"a\"\nsecret_key = \"b\"\n").expect("valid");
+        assert!(matches!(c.backend, Backend::S3(ref s) if s.bucket == "tier"));
+    }
+
+    #[test]
+    fn limit_below_reservation_is_refused() {
+        let err = parse(&format!("{ALICE}reservation = \"10MiB/s\"\nlimit = \"5MiB/s\"\n"))
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("limit"), "{err}");
+    }
+}
