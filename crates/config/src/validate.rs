@@ -155,7 +155,10 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
 }
 
 /// Reservations are promises: their sum must fit what the tier can serve.
-pub(crate) fn check_reservations(tenants: &[Tenant], capacity: Capacity) -> Result<(), ConfigError> {
+pub(crate) fn check_reservations(
+    tenants: &[Tenant],
+    capacity: Capacity,
+) -> Result<(), ConfigError> {
     let total: f64 = tenants.iter().map(|t| t.qos.reservation).sum();
     if total > capacity.bandwidth {
         return Err(ConfigError::invalid(
@@ -198,10 +201,7 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
         ));
     }
     if t.secret_key.len() < 8 {
-        return Err(ConfigError::invalid(
-            "secret_key",
-            "at least 8 characters",
-        ));
+        return Err(ConfigError::invalid("secret_key", "at least 8 characters"));
     }
     let weight = t.weight.unwrap_or(1.0);
     positive("weight", weight)?;
@@ -234,7 +234,10 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
             .map(|s| (*s).to_owned())
             .collect()
     });
-    if let Some(bad) = commit_markers.iter().find(|m| m.is_empty() || m.contains('/')) {
+    if let Some(bad) = commit_markers
+        .iter()
+        .find(|m| m.is_empty() || m.contains('/'))
+    {
         return Err(ConfigError::invalid(
             "commit_markers",
             format!("{bad:?}: a marker is a file name (or *.suffix), not a path"),
@@ -268,7 +271,8 @@ mod tests {
         Config::parse(text, Path::new("/etc/sluice/sluice.toml"))
     }
 
-    const ALICE: &str = "[[tenant]]\nid = \"alice\"\naccess_key = \"AKALICE\"\nsecret_key = \"alice-secret\"\n";
+    const ALICE: &str =
+        "[[tenant]]\nid = \"alice\"\naccess_key = \"AKALICE\"\nsecret_key = \"alice-secret\"\n";
 
     #[test]
     fn defaults_fill_a_minimal_gateway() {
@@ -329,9 +333,11 @@ mod tests {
 
     #[test]
     fn limit_below_reservation_is_refused() {
-        let err = parse(&format!("{ALICE}reservation = \"10MiB/s\"\nlimit = \"5MiB/s\"\n"))
-            .expect_err("must fail")
-            .to_string();
+        let err = parse(&format!(
+            "{ALICE}reservation = \"10MiB/s\"\nlimit = \"5MiB/s\"\n"
+        ))
+        .expect_err("must fail")
+        .to_string();
         assert!(err.contains("limit"), "{err}");
     }
 }

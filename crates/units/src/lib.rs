@@ -242,17 +242,16 @@ impl fmt::Display for HumanDuration {
         }
         let whole = self.0.as_secs();
         let (h, m, s) = (whole / 3600, (whole % 3600) / 60, whole % 60);
-        let mut out = String::new();
         if h > 0 {
-            out.push_str(&format!("{h}h"));
+            write!(f, "{h}h")?;
         }
         if m > 0 {
-            out.push_str(&format!("{m}m"));
+            write!(f, "{m}m")?;
         }
-        if s > 0 || out.is_empty() {
-            out.push_str(&format!("{s}s"));
+        if s > 0 || (h == 0 && m == 0) {
+            write!(f, "{s}s")?;
         }
-        f.write_str(&out)
+        Ok(())
     }
 }
 
@@ -289,7 +288,11 @@ macro_rules! serde_via_str {
     };
 }
 
-serde_via_str!(ByteSize, "a size such as \"10MiB\" or a number of bytes", ByteSize);
+serde_via_str!(
+    ByteSize,
+    "a size such as \"10MiB\" or a number of bytes",
+    ByteSize
+);
 serde_via_str!(Rate, "a rate such as \"200MiB/s\"", |v: u64| Rate(v as f64));
 serde_via_str!(
     HumanDuration,

@@ -1,0 +1,726 @@
+//! The catalog: buckets, objects, uploads and durable usage, in one redb file.
+//!
+//! Every mutation is one write transaction that also moves the tenant's durable usage
+//! (table `usage`) and, after commit, the in-memory [`Ledger`]. Reads use snapshot read
+//! transactions and never block writers.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::ops::Bound;
+use std::path::Path;
+
+use md5::{Digest, Md5};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::keys;
+use crate::{
+    Ledger, MetaError, ObjectRecord, PartRecord, Reservation, Result, Segment, UploadRecord,
+};
+
+const BUCKETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("buckets");
+const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
+const UPLOADS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("uploads");
+const USAGE: TableDefinition<&str, u64> = TableDefinition::new("usage");
+
+/// S3's minimum size for every part but the last.
+pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+
+#[derive(Debug, Serialize, Deserialize)]
+struct BucketRecord {
+    created_ms: i64,
+}
+
+fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serializing plain records of strings and integers to JSON cannot fail.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| MetaError::Corrupt(e.to_string()))
+}
+
+/// One entry of a listing page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Object(String, ObjectRecord),
+    /// A common prefix (ends with the delimiter).
+    Prefix(String),
+}
+
+impl Entry {
+    pub fn name(&self) -> &str {
+        match self {
+            Self::Object(k, _) | Self::Prefix(k) => k,
+        }
+    }
+}
+
+/// What to list: keys starting with `prefix`, strictly after `after`, rolled up at
+/// `delimiter`, at most `max` entries.
+#[derive(Debug, Clone, Default)]
+pub struct ListQuery<'a> {
+    pub prefix: &'a str,
+    pub delimiter: Option<&'a str>,
+    pub after: Option<&'a str>,
+    pub max: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub entries: Vec<Entry>,
+    /// More entries follow; resume with `after` = the last entry's name.
+    pub truncated: bool,
+}
+
+/// A part named in CompleteMultipartUpload.
+#[derive(Debug, Clone)]
+pub struct PartSpec {
+    pub number: u32,
+    /// The part's ETag as the client sent it (quotes allowed).
+    pub etag: String,
+}
+
+/// What start-up reconciliation found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Tenants whose stored usage differed from the catalog: `(tenant, stored, actual)`.
+    pub usage_fixed: Vec<(String, u64, u64)>,
+}
+
+/// The gateway catalog and its quota ledger.
+pub struct Catalog {
+    db: Database,
+    ledger: Ledger,
+}
+
+impl Catalog {
+    /// Opens (or creates) the catalog, recomputes every tenant's usage from the objects and
+    /// parts it references (fixing the stored figure if a crash left it stale), and loads the
+    /// ledger with it.
+    pub fn open(path: &Path) -> Result<(Self, ReconcileReport)> {
+        let db = Database::create(path)?;
+        let txn = db.begin_write()?;
+        {
+            txn.open_table(BUCKETS)?;
+            txn.open_table(OBJECTS)?;
+            txn.open_table(UPLOADS)?;
+            txn.open_table(USAGE)?;
+        }
+        txn.commit()?;
+        let catalog = Self {
+            db,
+            ledger: Ledger::default(),
+        };
+        let report = catalog.recompute_usage()?;
+        Ok((catalog, report))
+    }
+
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn recompute_usage(&self) -> Result<ReconcileReport> {
+        let mut actual: BTreeMap<String, u64> = BTreeMap::new();
+        let txn = self.db.begin_write()?;
+        let mut report = ReconcileReport::default();
+        {
+            for row in txn.open_table(OBJECTS)?.iter()? {
+                let (k, v) = row?;
+                let (tenant, _) = keys::split_tenant(k.value())
+                    .ok_or_else(|| MetaError::Corrupt("object key".into()))?;
+                let rec: ObjectRecord = decode(v.value())?;
+                *actual.entry(tenant.to_owned()).or_default() += rec.size;
+            }
+            for row in txn.open_table(UPLOADS)?.iter()? {
+                let (k, v) = row?;
+                let (tenant, _) = keys::split_tenant(k.value())
+                    .ok_or_else(|| MetaError::Corrupt("upload key".into()))?;
+                let rec: UploadRecord = decode(v.value())?;
+                *actual.entry(tenant.to_owned()).or_default() += rec.bytes();
+            }
+            let mut usage = txn.open_table(USAGE)?;
+            let stored: Vec<(String, u64)> = usage
+                .iter()?
+                .map(|r| r.map(|(k, v)| (k.value().to_owned(), v.value())))
+                .collect::<std::result::Result<_, _>>()?;
+            for (tenant, was) in &stored {
+                if !actual.contains_key(tenant) {
+                    actual.insert(tenant.clone(), 0);
+                    if *was != 0 {
+                        report.usage_fixed.push((tenant.clone(), *was, 0));
+                    }
+                }
+            }
+            for (tenant, bytes) in &actual {
+                let was = stored
+                    .iter()
+                    .find(|(t, _)| t == tenant)
+                    .map_or(0, |(_, v)| *v);
+                if was != *bytes {
+                    if was != 0 || *bytes != 0 {
+                        report.usage_fixed.push((tenant.clone(), was, *bytes));
+                    }
+                    usage.insert(tenant.as_str(), *bytes)?;
+                }
+            }
+        }
+        txn.commit()?;
+        for (tenant, bytes) in actual {
+            self.ledger.set_used(&tenant, bytes);
+        }
+        report.usage_fixed.sort();
+        report.usage_fixed.dedup();
+        Ok(report)
+    }
+
+    /// Every blob the catalog references, per tenant.
+    pub fn referenced_blobs(&self) -> Result<HashMap<String, HashSet<String>>> {
+        let txn = self.db.begin_read()?;
+        let mut out: HashMap<String, HashSet<String>> = HashMap::new();
+        for row in txn.open_table(OBJECTS)?.iter()? {
+            let (k, v) = row?;
+            let (tenant, _) = keys::split_tenant(k.value())
+                .ok_or_else(|| MetaError::Corrupt("object key".into()))?;
+            let rec: ObjectRecord = decode(v.value())?;
+            out.entry(tenant.to_owned())
+                .or_default()
+                .extend(rec.blobs().map(str::to_owned));
+        }
+        for row in txn.open_table(UPLOADS)?.iter()? {
+            let (k, v) = row?;
+            let (tenant, _) = keys::split_tenant(k.value())
+                .ok_or_else(|| MetaError::Corrupt("upload key".into()))?;
+            let rec: UploadRecord = decode(v.value())?;
+            out.entry(tenant.to_owned())
+                .or_default()
+                .extend(rec.parts.values().map(|p| p.blob.clone()));
+        }
+        Ok(out)
+    }
+
+    // ---- buckets -------------------------------------------------------------------------
+
+    pub fn create_bucket(&self, tenant: &str, bucket: &str, now_ms: i64) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut t = txn.open_table(BUCKETS)?;
+            let k = keys::bucket(tenant, bucket);
+            if t.get(k.as_slice())?.is_some() {
+                return Err(MetaError::BucketExists);
+            }
+            t.insert(
+                k.as_slice(),
+                encode(&BucketRecord { created_ms: now_ms }).as_slice(),
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Deletes an empty bucket, aborting its multipart uploads; returns their blobs.
+    pub fn delete_bucket(&self, tenant: &str, bucket: &str) -> Result<Vec<String>> {
+        let txn = self.db.begin_write()?;
+        let mut blobs = Vec::new();
+        let mut freed = 0;
+        {
+            let mut buckets = txn.open_table(BUCKETS)?;
+            let k = keys::bucket(tenant, bucket);
+            if buckets.get(k.as_slice())?.is_none() {
+                return Err(MetaError::NoSuchBucket);
+            }
+            let prefix = keys::bucket_prefix(tenant, bucket);
+            let end = keys::prefix_end(&prefix);
+            let bounds = (
+                Bound::Included(prefix.as_slice()),
+                end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+            );
+            if txn
+                .open_table(OBJECTS)?
+                .range::<&[u8]>(bounds)?
+                .next()
+                .is_some()
+            {
+                return Err(MetaError::BucketNotEmpty);
+            }
+            let mut uploads = txn.open_table(UPLOADS)?;
+            let gone = uploads.extract_from_if::<&[u8], _>(bounds, |_, _| true)?;
+            for row in gone {
+                let (_, v) = row?;
+                let rec: UploadRecord = decode(v.value())?;
+                freed += rec.bytes();
+                blobs.extend(rec.parts.into_values().map(|p| p.blob));
+            }
+            buckets.remove(k.as_slice())?;
+            add_usage(&txn, tenant, 0, freed)?;
+        }
+        txn.commit()?;
+        self.ledger.free(tenant, freed);
+        Ok(blobs)
+    }
+
+    pub fn bucket_exists(&self, tenant: &str, bucket: &str) -> Result<bool> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(BUCKETS)?;
+        Ok(t.get(keys::bucket(tenant, bucket).as_slice())?.is_some())
+    }
+
+    /// The tenant's buckets with their creation times, by name.
+    pub fn list_buckets(&self, tenant: &str) -> Result<Vec<(String, i64)>> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(BUCKETS)?;
+        let prefix = keys::tenant_prefix(tenant);
+        let end = keys::prefix_end(&prefix);
+        let bounds = (
+            Bound::Included(prefix.as_slice()),
+            end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        let mut out = Vec::new();
+        for row in t.range::<&[u8]>(bounds)? {
+            let (k, v) = row?;
+            let name = String::from_utf8_lossy(&k.value()[prefix.len()..]).into_owned();
+            let rec: BucketRecord = decode(v.value())?;
+            out.push((name, rec.created_ms));
+        }
+        Ok(out)
+    }
+
+    // ---- objects -------------------------------------------------------------------------
+
+    pub fn get_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<ObjectRecord>> {
+        let txn = self.db.begin_read()?;
+        if txn
+            .open_table(BUCKETS)?
+            .get(keys::bucket(tenant, bucket).as_slice())?
+            .is_none()
+        {
+            return Err(MetaError::NoSuchBucket);
+        }
+        let t = txn.open_table(OBJECTS)?;
+        t.get(keys::entry(tenant, bucket, key).as_slice())?
+            .map(|v| decode(v.value()))
+            .transpose()
+    }
+
+    /// Makes `rec` the object at `key`, settling `reservation` into usage. Returns the
+    /// object it replaced, whose blobs the caller deletes.
+    pub fn put_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        rec: &ObjectRecord,
+        reservation: Reservation,
+    ) -> Result<Option<ObjectRecord>> {
+        let txn = self.db.begin_write()?;
+        let old = {
+            require_bucket(&txn, tenant, bucket)?;
+            let mut t = txn.open_table(OBJECTS)?;
+            let k = keys::entry(tenant, bucket, key);
+            let old = t
+                .insert(k.as_slice(), encode(rec).as_slice())?
+                .map(|v| decode::<ObjectRecord>(v.value()))
+                .transpose()?;
+            add_usage(&txn, tenant, rec.size, old.as_ref().map_or(0, |o| o.size))?;
+            old
+        };
+        txn.commit()?;
+        reservation.settle(rec.size, old.as_ref().map_or(0, |o| o.size));
+        Ok(old)
+    }
+
+    /// Removes the object at `key` (if any) and returns it; the caller deletes its blobs.
+    pub fn delete_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<ObjectRecord>> {
+        let txn = self.db.begin_write()?;
+        let old = {
+            require_bucket(&txn, tenant, bucket)?;
+            let mut t = txn.open_table(OBJECTS)?;
+            let old = t
+                .remove(keys::entry(tenant, bucket, key).as_slice())?
+                .map(|v| decode::<ObjectRecord>(v.value()))
+                .transpose()?;
+            if let Some(o) = &old {
+                add_usage(&txn, tenant, 0, o.size)?;
+            }
+            old
+        };
+        if old.is_none() {
+            txn.abort()?;
+            return Ok(None);
+        }
+        txn.commit()?;
+        self.ledger.free(tenant, old.as_ref().map_or(0, |o| o.size));
+        Ok(old)
+    }
+
+    /// One page of a bucket listing, in key order.
+    pub fn list_objects(&self, tenant: &str, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        let txn = self.db.begin_read()?;
+        if txn
+            .open_table(BUCKETS)?
+            .get(keys::bucket(tenant, bucket).as_slice())?
+            .is_none()
+        {
+            return Err(MetaError::NoSuchBucket);
+        }
+        let t = txn.open_table(OBJECTS)?;
+        let base = keys::bucket_prefix(tenant, bucket);
+        let mut start_key = keys::entry(tenant, bucket, q.prefix);
+        let end = keys::prefix_end(&start_key);
+        let mut start_excluded = false;
+        if let Some(after) = q.after {
+            let a = keys::entry(tenant, bucket, after);
+            if a >= start_key {
+                start_key = a;
+                start_excluded = true;
+            }
+        }
+        let delimiter = q.delimiter.filter(|d| !d.is_empty());
+        let mut entries = Vec::new();
+        let mut truncated = false;
+        'scan: loop {
+            let lower = if start_excluded {
+                Bound::Excluded(start_key.as_slice())
+            } else {
+                Bound::Included(start_key.as_slice())
+            };
+            let upper = end.as_deref().map_or(Bound::Unbounded, Bound::Excluded);
+            let mut jump = None;
+            for row in t.range::<&[u8]>((lower, upper))? {
+                let (k, v) = row?;
+                let name = std::str::from_utf8(&k.value()[base.len()..])
+                    .map_err(|e| MetaError::Corrupt(e.to_string()))?
+                    .to_owned();
+                if let Some(d) = delimiter
+                    && let Some(pos) = name[q.prefix.len()..].find(d)
+                {
+                    let common = name[..q.prefix.len() + pos + d.len()].to_owned();
+                    // A common prefix at or before the marker was returned on an earlier page.
+                    if q.after.is_none_or(|a| common.as_str() > a) {
+                        if entries.len() == q.max {
+                            truncated = true;
+                            break 'scan;
+                        }
+                        entries.push(Entry::Prefix(common.clone()));
+                    }
+                    jump = keys::prefix_end(&keys::entry(tenant, bucket, &common));
+                    break;
+                }
+                if entries.len() == q.max {
+                    truncated = true;
+                    break 'scan;
+                }
+                entries.push(Entry::Object(name, decode(v.value())?));
+            }
+            match jump {
+                Some(next) => {
+                    start_key = next;
+                    start_excluded = false;
+                }
+                None => break,
+            }
+        }
+        Ok(ListPage { entries, truncated })
+    }
+
+    // ---- multipart uploads ---------------------------------------------------------------
+
+    pub fn create_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        rec: &UploadRecord,
+    ) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            require_bucket(&txn, tenant, bucket)?;
+            txn.open_table(UPLOADS)?.insert(
+                keys::entry(tenant, bucket, upload_id).as_slice(),
+                encode(rec).as_slice(),
+            )?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// The upload `upload_id` for `key`, or `NoSuchUpload`.
+    pub fn get_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+    ) -> Result<UploadRecord> {
+        let txn = self.db.begin_read()?;
+        if txn
+            .open_table(BUCKETS)?
+            .get(keys::bucket(tenant, bucket).as_slice())?
+            .is_none()
+        {
+            return Err(MetaError::NoSuchBucket);
+        }
+        let t = txn.open_table(UPLOADS)?;
+        let rec: UploadRecord = t
+            .get(keys::entry(tenant, bucket, upload_id).as_slice())?
+            .map(|v| decode(v.value()))
+            .transpose()?
+            .ok_or(MetaError::NoSuchUpload)?;
+        if rec.key != key {
+            return Err(MetaError::NoSuchUpload);
+        }
+        Ok(rec)
+    }
+
+    /// Records an uploaded part, settling its reservation. Returns the part it replaced.
+    pub fn put_part(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+        number: u32,
+        part: PartRecord,
+        reservation: Reservation,
+    ) -> Result<Option<PartRecord>> {
+        let txn = self.db.begin_write()?;
+        let size = part.size;
+        let old = {
+            let mut t = txn.open_table(UPLOADS)?;
+            let k = keys::entry(tenant, bucket, upload_id);
+            let mut rec: UploadRecord = t
+                .get(k.as_slice())?
+                .map(|v| decode(v.value()))
+                .transpose()?
+                .ok_or(MetaError::NoSuchUpload)?;
+            if rec.key != key {
+                return Err(MetaError::NoSuchUpload);
+            }
+            let old = rec.parts.insert(number, part);
+            t.insert(k.as_slice(), encode(&rec).as_slice())?;
+            add_usage(&txn, tenant, size, old.as_ref().map_or(0, |p| p.size))?;
+            old
+        };
+        txn.commit()?;
+        reservation.settle(size, old.as_ref().map_or(0, |p| p.size));
+        Ok(old)
+    }
+
+    /// Turns an upload into an object made of the listed parts. Returns the object, the
+    /// object it replaced (if any) and the blobs of parts uploaded but not listed; the caller
+    /// deletes the blobs of the latter two.
+    pub fn complete_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+        parts: &[PartSpec],
+        now_ms: i64,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
+        let txn = self.db.begin_write()?;
+        let (object, replaced, unused, freed) = {
+            require_bucket(&txn, tenant, bucket)?;
+            let mut uploads = txn.open_table(UPLOADS)?;
+            let uk = keys::entry(tenant, bucket, upload_id);
+            let mut upload: UploadRecord = uploads
+                .get(uk.as_slice())?
+                .map(|v| decode(v.value()))
+                .transpose()?
+                .ok_or(MetaError::NoSuchUpload)?;
+            if upload.key != key {
+                return Err(MetaError::NoSuchUpload);
+            }
+            let object = assemble(&mut upload, parts, now_ms)?;
+            uploads.remove(uk.as_slice())?;
+            let unused: Vec<PartRecord> = std::mem::take(&mut upload.parts).into_values().collect();
+            let unused_bytes: u64 = unused.iter().map(|p| p.size).sum();
+            let mut objects = txn.open_table(OBJECTS)?;
+            let replaced = objects
+                .insert(
+                    keys::entry(tenant, bucket, key).as_slice(),
+                    encode(&object).as_slice(),
+                )?
+                .map(|v| decode::<ObjectRecord>(v.value()))
+                .transpose()?;
+            let freed = unused_bytes + replaced.as_ref().map_or(0, |o| o.size);
+            add_usage(&txn, tenant, 0, freed)?;
+            (
+                object,
+                replaced,
+                unused.into_iter().map(|p| p.blob).collect(),
+                freed,
+            )
+        };
+        txn.commit()?;
+        self.ledger.free(tenant, freed);
+        Ok((object, replaced, unused))
+    }
+
+    /// Drops an upload and returns its part blobs for deletion.
+    pub fn abort_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+    ) -> Result<Vec<String>> {
+        let txn = self.db.begin_write()?;
+        let rec = {
+            require_bucket(&txn, tenant, bucket)?;
+            let mut t = txn.open_table(UPLOADS)?;
+            let k = keys::entry(tenant, bucket, upload_id);
+            let rec: UploadRecord = t
+                .get(k.as_slice())?
+                .map(|v| decode(v.value()))
+                .transpose()?
+                .ok_or(MetaError::NoSuchUpload)?;
+            if rec.key != key {
+                return Err(MetaError::NoSuchUpload);
+            }
+            t.remove(k.as_slice())?;
+            add_usage(&txn, tenant, 0, rec.bytes())?;
+            rec
+        };
+        txn.commit()?;
+        self.ledger.free(tenant, rec.bytes());
+        Ok(rec.parts.into_values().map(|p| p.blob).collect())
+    }
+
+    /// The bucket's uploads in progress, sorted by (key, upload id).
+    pub fn list_uploads(&self, tenant: &str, bucket: &str) -> Result<Vec<(String, UploadRecord)>> {
+        let txn = self.db.begin_read()?;
+        if txn
+            .open_table(BUCKETS)?
+            .get(keys::bucket(tenant, bucket).as_slice())?
+            .is_none()
+        {
+            return Err(MetaError::NoSuchBucket);
+        }
+        let t = txn.open_table(UPLOADS)?;
+        let prefix = keys::bucket_prefix(tenant, bucket);
+        let end = keys::prefix_end(&prefix);
+        let bounds = (
+            Bound::Included(prefix.as_slice()),
+            end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
+        );
+        let mut out = Vec::new();
+        for row in t.range::<&[u8]>(bounds)? {
+            let (k, v) = row?;
+            let id = String::from_utf8_lossy(&k.value()[prefix.len()..]).into_owned();
+            out.push((id, decode::<UploadRecord>(v.value())?));
+        }
+        out.sort_by(|a, b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
+        Ok(out)
+    }
+}
+
+fn require_bucket(txn: &redb::WriteTransaction, tenant: &str, bucket: &str) -> Result<()> {
+    if txn
+        .open_table(BUCKETS)?
+        .get(keys::bucket(tenant, bucket).as_slice())?
+        .is_none()
+    {
+        return Err(MetaError::NoSuchBucket);
+    }
+    Ok(())
+}
+
+fn add_usage(txn: &redb::WriteTransaction, tenant: &str, added: u64, freed: u64) -> Result<()> {
+    if added == freed {
+        return Ok(());
+    }
+    let mut t = txn.open_table(USAGE)?;
+    let cur = t.get(tenant)?.map_or(0, |v| v.value());
+    t.insert(tenant, cur.saturating_add(added).saturating_sub(freed))?;
+    Ok(())
+}
+
+/// Builds the object from the listed parts (removing them from `upload`), checking order,
+/// ETags and the minimum part size. Its ETag is the MD5 of the parts' binary MD5s, `-N`.
+fn assemble(upload: &mut UploadRecord, parts: &[PartSpec], now_ms: i64) -> Result<ObjectRecord> {
+    if parts.is_empty() {
+        return Err(MetaError::InvalidPart(0));
+    }
+    if parts.windows(2).any(|w| w[1].number <= w[0].number) {
+        return Err(MetaError::InvalidPartOrder);
+    }
+    for (i, p) in parts.iter().enumerate() {
+        let stored = upload
+            .parts
+            .get(&p.number)
+            .ok_or(MetaError::InvalidPart(p.number))?;
+        if p.etag.trim_matches('"') != stored.etag {
+            return Err(MetaError::InvalidPart(p.number));
+        }
+        if i + 1 < parts.len() && stored.size < MIN_PART_SIZE {
+            return Err(MetaError::EntityTooSmall(p.number));
+        }
+    }
+    let mut md5 = Md5::new();
+    let mut segments = Vec::with_capacity(parts.len());
+    let mut size = 0;
+    for p in parts {
+        let part = upload
+            .parts
+            .remove(&p.number)
+            .ok_or(MetaError::InvalidPart(p.number))?;
+        let digest =
+            hex_decode(&part.etag).ok_or_else(|| MetaError::Corrupt("part etag".into()))?;
+        md5.update(&digest);
+        size += part.size;
+        if part.size > 0 {
+            segments.push(Segment {
+                blob: part.blob,
+                size: part.size,
+            });
+        } else {
+            // An empty part has no bytes to serve; keep its blob for deletion.
+            upload.parts.insert(p.number, part);
+        }
+    }
+    let etag = format!("{}-{}", hex(&md5.finalize()), parts.len());
+    Ok(ObjectRecord {
+        size,
+        etag,
+        last_modified_ms: now_ms,
+        content_type: upload.content_type.clone(),
+        headers: upload.headers.clone(),
+        metadata: upload.metadata.clone(),
+        segments,
+        parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,236 @@
+//! Per-tenant quota accounting in memory: committed usage plus in-flight reservations.
+//!
+//! Invariant: for every tenant, `used + reserved <= quota` whenever a reservation is taken or
+//! grown; `used` only grows by settling a reservation that already covered the bytes, so
+//! concurrent writers cannot push a tenant over its quota, not by one byte. Each account has
+//! its own mutex; the map of accounts is only written when tenants are (re)configured.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+
+use crate::{MetaError, Result};
+
+#[derive(Debug, Default)]
+struct Account {
+    used: u64,
+    reserved: u64,
+    quota: u64,
+}
+
+type Shared = Arc<Mutex<Account>>;
+
+fn lock(a: &Shared) -> MutexGuard<'_, Account> {
+    // A panic while holding the lock cannot leave the plain counters half-updated.
+    a.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Usage, reservations and quota of every tenant.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    accounts: RwLock<HashMap<String, Shared>>,
+}
+
+/// Space held for a write in progress. Dropping it gives the space back; settling it turns
+/// the bytes actually stored into usage.
+#[derive(Debug)]
+pub struct Reservation {
+    account: Shared,
+    bytes: u64,
+}
+
+impl Ledger {
+    fn account(&self, tenant: &str) -> Result<Shared> {
+        self.accounts
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+            .cloned()
+            .ok_or(MetaError::UnknownTenant)
+    }
+
+    fn account_or_insert(&self, tenant: &str) -> Shared {
+        if let Ok(a) = self.account(tenant) {
+            return a;
+        }
+        self.accounts
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(tenant.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// Sets a tenant's quota (adding the tenant if new). Lowering a quota below current usage
+    /// refuses new writes but deletes nothing.
+    pub fn set_quota(&self, tenant: &str, quota: u64) {
+        lock(&self.account_or_insert(tenant)).quota = quota;
+    }
+
+    /// Sets a tenant's committed usage, as recovered from the catalog at start-up.
+    pub(crate) fn set_used(&self, tenant: &str, used: u64) {
+        lock(&self.account_or_insert(tenant)).used = used;
+    }
+
+    /// Takes `bytes` of the tenant's quota or fails with `QuotaExceeded`.
+    pub fn reserve(&self, tenant: &str, bytes: u64) -> Result<Reservation> {
+        let account = self.account(tenant)?;
+        take(&account, bytes)?;
+        Ok(Reservation { account, bytes: 0 }.with(bytes))
+    }
+
+    /// `(used, reserved, quota)` of a tenant.
+    pub fn usage(&self, tenant: &str) -> Option<(u64, u64, u64)> {
+        let a = self.account(tenant).ok()?;
+        let a = lock(&a);
+        Some((a.used, a.reserved, a.quota))
+    }
+
+    /// Every tenant's `(id, used, reserved, quota)`, sorted by id.
+    pub fn all(&self) -> Vec<(String, u64, u64, u64)> {
+        let map = self.accounts.read().unwrap_or_else(PoisonError::into_inner);
+        let mut out: Vec<_> = map
+            .iter()
+            .map(|(t, a)| {
+                let a = lock(a);
+                (t.clone(), a.used, a.reserved, a.quota)
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Gives back committed bytes (a delete, an abort, a replaced object).
+    pub(crate) fn free(&self, tenant: &str, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let account = self.account_or_insert(tenant);
+        let mut a = lock(&account);
+        a.used = a.used.saturating_sub(bytes);
+    }
+}
+
+fn take(account: &Shared, bytes: u64) -> Result<()> {
+    let mut a = lock(account);
+    let held = a.used.saturating_add(a.reserved);
+    let available = a.quota.saturating_sub(held);
+    if bytes > available {
+        return Err(MetaError::QuotaExceeded {
+            needed: bytes,
+            available,
+            quota: a.quota,
+        });
+    }
+    a.reserved += bytes;
+    Ok(())
+}
+
+impl Reservation {
+    fn with(mut self, bytes: u64) -> Self {
+        self.bytes = bytes;
+        self
+    }
+
+    /// Bytes currently held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Holds `more` bytes in addition (a body of unknown length, chunk by chunk).
+    pub fn grow(&mut self, more: u64) -> Result<()> {
+        take(&self.account, more)?;
+        self.bytes += more;
+        Ok(())
+    }
+
+    /// Converts the reservation into `added` bytes of usage and gives `freed` bytes back, in
+    /// one step under the tenant's lock. `added` beyond the reservation is still counted
+    /// (the catalog is the truth), but callers reserve first so it never is.
+    pub(crate) fn settle(mut self, added: u64, freed: u64) {
+        let mut a = lock(&self.account);
+        a.reserved = a.reserved.saturating_sub(self.bytes);
+        a.used = a.used.saturating_add(added).saturating_sub(freed);
+        self.bytes = 0;
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            let mut a = lock(&self.account);
+            a.reserved = a.reserved.saturating_sub(self.bytes);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_never_overshoot_under_threads() {
+        let ledger = Arc::new(Ledger::default());
+        ledger.set_quota("t", 1000);
+        let granted = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                let ledger = Arc::clone(&ledger);
+                let granted = Arc::clone(&granted);
+                std::thread::spawn(move || {
+                    let mut held = Vec::new();
+                    for _ in 0..100 {
+                        if let Ok(r) = ledger.reserve("t", 7) {
+                            granted.fetch_add(7, std::sync::atomic::Ordering::SeqCst);
+                            held.push(r);
+                        }
+                    }
+                    held
+                })
+            })
+            .collect();
+        let held: Vec<_> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("thread"))
+            .collect();
+        let total = granted.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(total <= 1000, "granted {total}");
+        assert_eq!(total, 1000 / 7 * 7, "the quota should be filled exactly");
+        drop(held);
+        assert_eq!(ledger.usage("t"), Some((0, 0, 1000)));
+    }
+
+    #[test]
+    fn settle_moves_reserved_to_used_and_frees() {
+        let ledger = Ledger::default();
+        ledger.set_quota("t", 100);
+        ledger.set_used("t", 30);
+        let r = ledger.reserve("t", 50).expect("fits");
+        assert!(matches!(
+            ledger.reserve("t", 21),
+            Err(MetaError::QuotaExceeded { available: 20, .. })
+        ));
+        r.settle(40, 30);
+        assert_eq!(ledger.usage("t"), Some((40, 0, 100)));
+    }
+
+    #[test]
+    fn growing_past_the_quota_fails_and_keeps_what_was_held() {
+        let ledger = Ledger::default();
+        ledger.set_quota("t", 10);
+        let mut r = ledger.reserve("t", 6).expect("fits");
+        assert!(r.grow(5).is_err());
+        assert_eq!(r.bytes(), 6);
+        r.grow(4).expect("fits exactly");
+        drop(r);
+        assert_eq!(ledger.usage("t"), Some((0, 0, 10)));
+    }
+
+    #[test]
+    fn unknown_tenants_cannot_reserve() {
+        let ledger = Ledger::default();
+        assert!(matches!(
+            ledger.reserve("ghost", 1),
+            Err(MetaError::UnknownTenant)
+        ));
+    }
+}

@@ -1,0 +1,87 @@
+//! The gateway's metadata: which buckets each tenant owns, which objects they hold and where
+//! their bytes live, multipart uploads in progress, and each tenant's quota ledger.
+//!
+//! # Design
+//!
+//! Object *bytes* live in the backend as immutable blobs under a tenant prefix; this crate only
+//! records which blobs make up an object (its *segments*). An object becomes visible in one
+//! redb transaction that also moves the tenant's durable usage, so the ledger equals the bytes
+//! the catalog references by construction, and no partially written object is ever visible.
+//!
+//! # Crash model
+//!
+//! redb commits are durable (`Durability::Immediate`, fsync) before they return. Writers store
+//! and fsync a blob *before* the catalog references it, and drop the catalog reference
+//! *before* deleting a blob. A crash therefore leaves at worst unreferenced blobs (orphans),
+//! never references to missing data; `reconcile` at start-up lists them for deletion and
+//! recomputes usage from the catalog.
+//!
+//! # Quota
+//!
+//! [`Ledger`] holds each tenant's committed usage and in-flight reservations in memory, one
+//! mutex per tenant (no global lock). A writer reserves before bytes move
+//! (`used + reserved + n <= quota`, checked and taken atomically), and the catalog
+//! transaction converts the reservation into usage. Reservations are not persisted: after a
+//! crash their blobs are orphans and their bytes were never counted.
+//!
+//! This crate does no network or backend I/O; its calls block on redb and belong on a
+//! blocking thread.
+
+mod catalog;
+mod keys;
+mod ledger;
+mod record;
+
+pub use catalog::{Catalog, Entry, ListPage, ListQuery, PartSpec, ReconcileReport};
+pub use ledger::{Ledger, Reservation};
+pub use record::{ObjectRecord, PartRecord, Segment, UploadRecord};
+
+/// Why a metadata operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum MetaError {
+    #[error("no such bucket")]
+    NoSuchBucket,
+    #[error("bucket already exists")]
+    BucketExists,
+    #[error("bucket is not empty")]
+    BucketNotEmpty,
+    #[error("no such upload")]
+    NoSuchUpload,
+    #[error("part {0} was not uploaded or its ETag does not match")]
+    InvalidPart(u32),
+    #[error("parts must be listed in ascending order")]
+    InvalidPartOrder,
+    #[error("part {0} is smaller than the 5 MiB minimum for a part that is not the last")]
+    EntityTooSmall(u32),
+    #[error("quota exceeded: {needed} more bytes requested, {available} available of {quota}")]
+    QuotaExceeded {
+        needed: u64,
+        available: u64,
+        quota: u64,
+    },
+    #[error("unknown tenant")]
+    UnknownTenant,
+    #[error("metadata store: {0}")]
+    Storage(#[from] redb::Error),
+    #[error("corrupt metadata record: {0}")]
+    Corrupt(String),
+}
+
+macro_rules! storage_from {
+    ($($t:ty),*) => {$(
+        impl From<$t> for MetaError {
+            fn from(e: $t) -> Self {
+                Self::Storage(e.into())
+            }
+        }
+    )*};
+}
+storage_from!(
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+pub type Result<T, E = MetaError> = std::result::Result<T, E>;
