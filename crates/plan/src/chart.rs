@@ -55,13 +55,15 @@ fn escape(text: &str) -> String {
 }
 
 struct Frame {
+    x_min: f64,
     x_max: f64,
     decades: i32,
 }
 
 impl Frame {
     fn x(&self, demand: f64) -> f64 {
-        LEFT + (demand / self.x_max).clamp(0.0, 1.0) * (WIDTH - LEFT - RIGHT)
+        let share = (demand - self.x_min) / (self.x_max - self.x_min);
+        LEFT + share.clamp(0.0, 1.0) * (WIDTH - LEFT - RIGHT)
     }
 
     /// Log scale from 1 at the top to 10^-decades at the bottom; zero sits on the bottom.
@@ -111,13 +113,31 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
         focus
     }
     .max(1.0);
-    let frame = Frame { x_max, decades };
     let (unit, unit_name) = unit_for(x_max);
+    // When the steady reads dwarf the bursts, start the axis near them instead of at zero.
+    let step = tick_step(x_max / unit, 8.0);
+    let low = 0.9 * plan.reads.min(plan.sum_of_averages) / unit;
+    let x_min = if low > 0.3 * x_max / unit {
+        (low / step).floor() * step * unit
+    } else {
+        0.0
+    };
+    let step = tick_step((x_max - x_min) / unit, 8.0);
+    let frame = Frame {
+        x_min,
+        x_max,
+        decades,
+    };
     let (x0, x1, y0, y1) = (LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM);
 
     writeln!(
         out,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">"#
+    )?;
+    // Labels get a white halo so that lines and the curve behind them do not cross the text.
+    writeln!(
+        out,
+        "<style>text.label {{ paint-order: stroke; stroke: #ffffff; stroke-width: 4px; stroke-linejoin: round; }}</style>"
     )?;
     writeln!(
         out,
@@ -131,13 +151,13 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
         "exact".to_owned()
     } else {
         format!(
-            "bracketed within {}",
+            "bracket within {}",
             sluice_units::Rate(plan.distribution.error_bound)
         )
     };
     writeln!(
         out,
-        r##"<text x="{LEFT}" y="46" fill="#444">{} tenants; P(demand &gt; x) at a random instant, phases independent and uniform ({how}); fixed phases follow their timetable</text>"##,
+        r##"<text x="{LEFT}" y="46" fill="#444">{} tenants; random phases independent and uniform, fixed phases on their timetable; {how}</text>"##,
         plan.tenant_count
     )?;
 
@@ -163,8 +183,7 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
         )?;
     }
     // X ticks.
-    let step = tick_step(x_max / unit, 8.0);
-    let mut tick = 0.0;
+    let mut tick = (x_min / unit / step).ceil() * step;
     while tick * unit <= x_max * 1.0001 {
         let x = frame.x(tick * unit);
         writeln!(
@@ -196,6 +215,9 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
         r#"<text transform="translate(24 {:.1}) rotate(-90)" text-anchor="middle" font-size="13">P(demand &gt; x): fraction of time</text>"#,
         f64::midpoint(y0, y1)
     )?;
+
+    // Labels are written last, over every line and the curve.
+    let mut labels = String::new();
 
     // Reference lines, labels staggered so that close lines stay legible.
     let mut references: Vec<(f64, String, &str)> = vec![
@@ -237,16 +259,16 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
             r#"<line x1="{x:.1}" y1="{y0}" x2="{x:.1}" y2="{y1}" stroke="{colour}" stroke-width="1.5" stroke-dasharray="6 4"/>"#
         )?;
         writeln!(
-            out,
-            r#"<text x="{:.1}" y="{label_y:.1}" text-anchor="{anchor}" fill="{colour}">{}</text>"#,
+            labels,
+            r#"<text class="label" x="{:.1}" y="{label_y:.1}" text-anchor="{anchor}" fill="{colour}">{}</text>"#,
             x + dx,
             escape(label)
         )?;
     }
     if !peaks_on_scale {
         writeln!(
-            out,
-            r##"<text x="{:.1}" y="{:.1}" text-anchor="end" fill="#c0392b">sum of peaks {} → (off scale)</text>"##,
+            labels,
+            r##"<text class="label" x="{:.1}" y="{:.1}" text-anchor="end" fill="#c0392b">sum of peaks {} → (off scale)</text>"##,
             x1 - 4.0,
             y1 - 8.0,
             sluice_units::Rate(plan.sum_of_peaks)
@@ -306,8 +328,8 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
         ("start", 8.0)
     };
     writeln!(
-        out,
-        r##"<text x="{:.1}" y="{:.1}" text-anchor="{anchor}" fill="#b35900" font-weight="bold">target p{}: {} (exceeded {} of the time)</text>"##,
+        labels,
+        r##"<text class="label" x="{:.1}" y="{:.1}" text-anchor="{anchor}" fill="#b35900" font-weight="bold">target p{}: {} (exceeded {} of the time)</text>"##,
         tx + dx,
         ty - 8.0,
         percent(target).trim_end_matches('%'),
@@ -321,5 +343,6 @@ fn draw(out: &mut String, plan: &Plan) -> std::fmt::Result {
         HEIGHT - 6.0,
         sluice_units::Rate(plan.distribution.grid_step)
     )?;
+    out.push_str(&labels);
     writeln!(out, "</svg>")
 }
