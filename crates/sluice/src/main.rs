@@ -6,7 +6,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "sluice", version, about = "Storage for multi-tenant GPU clouds")]
+#[command(
+    name = "sluice",
+    version,
+    about = "Storage for multi-tenant GPU clouds"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -14,13 +18,30 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Start a single-node deployment (gateway on the local filesystem) from the example config.
+    Up(cmd::up::Args),
+    /// Serve the shared-tier S3 gateway.
+    Gateway(cmd::gateway::Args),
+    /// Tenant administration.
+    #[command(subcommand)]
+    Tenant(cmd::tenant::Command),
     /// Provisioning arithmetic for uncorrelated checkpoint bursts.
     Plan(cmd::plan::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
     match cli.command {
+        Command::Up(args) => cmd::up::run(&args),
+        Command::Gateway(args) => cmd::gateway::run(&args),
+        Command::Tenant(cmd) => cmd::tenant::run(&cmd),
         Command::Plan(args) => cmd::plan::run(&args),
     }
 }

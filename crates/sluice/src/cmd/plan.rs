@@ -18,7 +18,7 @@ pub struct Args {
     #[arg(long, value_name = "OUT")]
     pub svg: Option<PathBuf>,
     /// Cross-check the exact distribution with a Monte Carlo of N random instants and phases.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub simulate: Option<u64>,
     /// Seed for --simulate (default: from the clock); the report prints it for replay.
     #[arg(long, value_name = "S", requires = "simulate")]

@@ -1,0 +1,188 @@
+//! Binding and serving.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use sluice_config::Config;
+use sluice_meta::Catalog;
+use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::{GatewayError, ReconcileSummary, gateway_section, open_backend, reconcile};
+
+/// Requests in flight at shutdown get this long to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// An opened (reconciled, not yet serving) gateway.
+pub struct Gateway {
+    front: Front,
+    tenants: Arc<Tenants>,
+    listen: String,
+    pub summary: ReconcileSummary,
+}
+
+/// A gateway serving in the background.
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+fn tenant_keys(config: &Config) -> Vec<TenantKey> {
+    config
+        .tenants
+        .iter()
+        .map(|t| TenantKey {
+            tenant: Arc::from(t.id.as_str()),
+            access_key: t.access_key.clone(),
+            secret_key: t.secret_key.clone(),
+        })
+        .collect()
+}
+
+impl Gateway {
+    /// Opens the catalog and backend and reconciles them.
+    pub async fn open(config: &Config) -> Result<Self, GatewayError> {
+        let g = gateway_section(config)?;
+        std::fs::create_dir_all(&g.data_dir).map_err(|source| GatewayError::DataDir {
+            path: g.data_dir.clone(),
+            source,
+        })?;
+        let (catalog, report) = {
+            let path = g.data_dir.join("meta.redb");
+            tokio::task::spawn_blocking(move || Catalog::open(&path))
+                .await
+                .map_err(|e| GatewayError::Reconcile(e.to_string()))??
+        };
+        for t in &config.tenants {
+            catalog.ledger().set_quota(&t.id, t.capacity);
+        }
+        let blobs = Arc::new(BlobStore::new(open_backend(config)?));
+        let local_root = matches!(config.backend, sluice_config::Backend::Local)
+            .then(|| g.data_dir.join("objects"));
+        let mut summary = reconcile(&catalog, &blobs, local_root.as_deref()).await?;
+        summary.usage_fixed = report.usage_fixed;
+        for (tenant, was, now) in &summary.usage_fixed {
+            tracing::warn!(tenant, was, now, "usage recomputed from the catalog");
+        }
+        for (tenant, blob) in &summary.missing {
+            tracing::error!(
+                tenant,
+                blob,
+                "the backend has lost a blob the catalog references"
+            );
+        }
+        if summary.orphans_deleted + summary.staged_deleted > 0 {
+            tracing::info!(
+                orphans = summary.orphans_deleted,
+                staged = summary.staged_deleted,
+                "removed the remains of interrupted writes"
+            );
+        }
+        let front = Front::new(
+            Arc::new(catalog),
+            blobs,
+            FrontConfig {
+                region: g.region.clone(),
+                max_object_size: g.max_object_size,
+            },
+        );
+        Ok(Self {
+            front,
+            tenants: Arc::new(Tenants::new(tenant_keys(config))),
+            listen: g.listen.clone(),
+            summary,
+        })
+    }
+
+    pub fn front(&self) -> &Front {
+        &self.front
+    }
+
+    /// Binds the configured address (port 0 picks a free one) and serves in the background.
+    pub async fn start(self) -> Result<Running, GatewayError> {
+        let listener =
+            TcpListener::bind(&self.listen)
+                .await
+                .map_err(|source| GatewayError::Listen {
+                    addr: self.listen.clone(),
+                    source,
+                })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| GatewayError::Listen {
+                addr: self.listen.clone(),
+                source,
+            })?;
+        let service = sluice_s3::service(self.front, &self.tenants);
+        let (tx, rx) = watch::channel(false);
+        let task = tokio::spawn(serve(listener, service, rx));
+        Ok(Running {
+            addr,
+            shutdown: tx,
+            task,
+        })
+    }
+}
+
+async fn serve(
+    listener: TcpListener,
+    service: s3s::service::S3Service,
+    mut stop: watch::Receiver<bool>,
+) {
+    let http = auto::Builder::new(TokioExecutor::new());
+    let graceful = GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (sock, _) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                };
+                let _ = sock.set_nodelay(true);
+                let conn = http.serve_connection(TokioIo::new(sock), service.clone()).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                });
+            }
+            _ = stop.changed() => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("requests still in flight after the shutdown grace period");
+    }
+}
+
+impl Running {
+    /// Stops accepting, lets requests in flight finish (bounded), and returns.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        let _ = self.task.await;
+    }
+
+    /// Serves until the task ends (it only ends on shutdown).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+
+    /// A handle that triggers shutdown from elsewhere (e.g. a signal handler).
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.shutdown.clone()
+    }
+}

@@ -1,0 +1,133 @@
+//! Who is calling: one SigV4 path for every request, then the tenant behind the access key.
+//!
+//! s3s verifies signatures (headers, presigned URLs, aws-chunked streaming bodies, trailers)
+//! against the secret [`Tenants`] returns. [`TenantAccess`] then runs before any input is
+//! parsed: it refuses anonymous requests and the legacy Signature Version 2 and POST-form
+//! paths, resolves the tenant, validates bucket and key names, and hands the tenant to the
+//! handler in the request's extensions. Handlers never look at an access key again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use s3s::access::{S3Access, S3AccessContext};
+use s3s::auth::{S3Auth, SecretKey};
+use s3s::path::S3Path;
+use s3s::{S3Result, s3_error};
+
+use crate::error::{ApiError, to_s3};
+use crate::name;
+
+/// The tenant a request was authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub Arc<str>);
+
+/// One tenant's credentials.
+#[derive(Debug, Clone)]
+pub struct TenantKey {
+    pub tenant: Arc<str>,
+    pub access_key: String,
+    pub secret_key: String,
+}
+
+/// Access key → tenant, swapped whole on reload.
+#[derive(Debug, Default)]
+pub struct Tenants {
+    by_key: RwLock<Arc<HashMap<String, TenantKey>>>,
+}
+
+impl Tenants {
+    pub fn new(keys: Vec<TenantKey>) -> Self {
+        let t = Self::default();
+        t.replace(keys);
+        t
+    }
+
+    /// Replaces every credential at once (a configuration reload).
+    pub fn replace(&self, keys: Vec<TenantKey>) {
+        let map = keys
+            .into_iter()
+            .map(|k| (k.access_key.clone(), k))
+            .collect();
+        *self.by_key.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
+    }
+
+    pub fn get(&self, access_key: &str) -> Option<TenantKey> {
+        self.by_key
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(access_key)
+            .cloned()
+    }
+}
+
+/// The secret-key lookup s3s verifies signatures with.
+pub struct TenantAuth(pub Arc<Tenants>);
+
+#[async_trait::async_trait]
+impl S3Auth for TenantAuth {
+    async fn get_secret_key(&self, access_key: &str) -> S3Result<SecretKey> {
+        self.0
+            .get(access_key)
+            .map(|k| SecretKey::from(k.secret_key))
+            .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))
+    }
+}
+
+/// Authorization: authenticated SigV4 callers only, names validated, tenant attached.
+pub struct TenantAccess(pub Arc<Tenants>);
+
+fn is_sigv2(cx: &S3AccessContext<'_>) -> bool {
+    let header_v2 = cx
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("AWS "));
+    let query = cx.uri().query().unwrap_or("");
+    let query_v2 = query.split('&').any(|p| p.starts_with("AWSAccessKeyId="))
+        || (query.split('&').any(|p| p.starts_with("Signature="))
+            && !query.contains("X-Amz-Signature="));
+    header_v2 || query_v2
+}
+
+fn is_post_form(cx: &S3AccessContext<'_>) -> bool {
+    cx.method() == http::Method::POST
+        && cx
+            .headers()
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("multipart/form-data"))
+}
+
+#[async_trait::async_trait]
+impl S3Access for TenantAccess {
+    async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        if is_sigv2(cx) || is_post_form(cx) {
+            return Err(s3_error!(
+                AccessDenied,
+                "only AWS Signature Version 4 is accepted"
+            ));
+        }
+        let Some(creds) = cx.credentials() else {
+            return Err(s3_error!(AccessDenied, "anonymous requests are refused"));
+        };
+        let Some(key) = self.0.get(&creds.access_key) else {
+            return Err(s3_error!(
+                InvalidAccessKeyId,
+                "the access key does not exist"
+            ));
+        };
+        match cx.s3_path() {
+            S3Path::Root => {}
+            S3Path::Bucket { bucket } => {
+                name::check_bucket(bucket).map_err(|e| to_s3(ApiError::Name(e)))?;
+            }
+            S3Path::Object { bucket, key } => {
+                name::check_bucket(bucket).map_err(|e| to_s3(ApiError::Name(e)))?;
+                name::check_key(key).map_err(|e| to_s3(ApiError::Name(e)))?;
+            }
+        }
+        tracing::Span::current().record("tenant", &*key.tenant);
+        cx.extensions_mut().insert(Caller(key.tenant));
+        Ok(())
+    }
+}

@@ -1,0 +1,299 @@
+//! Object bytes in the backend: immutable blobs under a per-tenant prefix.
+//!
+//! Every tenant sees the backend through an `object_store` `PrefixStore` rooted at
+//! `tenants/<id>/`, so no blob name of one tenant can address another's data: the namespace
+//! boundary is built into the store handle, not checked per call. Blob names are generated
+//! here (`<bucket>/<random id>`), never derived from object keys.
+//!
+//! Writes stream: a body is cut into parts of [`PART_SIZE`] and uploaded with at most
+//! [`PARTS_IN_FLIGHT`] parts outstanding, so a request holds at most
+//! `PART_SIZE × (PARTS_IN_FLIGHT + 1)` bytes whatever the object's size. A body shorter than
+//! one part is a single `put`. On the local filesystem both paths write a temporary file,
+//! fsync it and rename it into place; a blob is therefore whole or absent.
+//!
+//! Reads fetch ranges of at most [`GRAIN`] bytes, one ahead of the sender.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use bytes::Bytes;
+use futures::stream::{self, BoxStream, FuturesUnordered};
+use futures::{Stream, StreamExt, TryStreamExt};
+use md5::{Digest, Md5};
+use object_store::path::Path;
+use object_store::prefix::PrefixStore;
+use object_store::{MultipartUpload, ObjectStore, ObjectStoreExt, PutPayloadMut};
+use sluice_meta::{Reservation, Segment};
+
+use crate::error::{ApiError, ApiResult};
+
+/// Size of one uploaded part (S3 requires at least 5 MiB for all but the last).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// Parts uploading concurrently per request.
+pub const PARTS_IN_FLIGHT: usize = 2;
+/// Largest range fetched from the backend at once on reads.
+pub const GRAIN: u64 = 4 * 1024 * 1024;
+
+/// An object's bytes as a stream that is `Send + Sync` (what s3s bodies require).
+///
+/// The mutex is never contended: `poll_next` has exclusive access and uses `get_mut`; it is
+/// there only so that the boxed stream (which is `Send`, not `Sync`) may be shared.
+pub struct ReadStream(std::sync::Mutex<BoxStream<'static, Result<Bytes, object_store::Error>>>);
+
+impl Stream for ReadStream {
+    type Item = Result<Bytes, object_store::Error>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        self.get_mut()
+            .0
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .poll_next_unpin(cx)
+    }
+}
+
+/// What a completed write stored.
+#[derive(Debug, Clone)]
+pub struct Written {
+    pub size: u64,
+    pub md5: [u8; 16],
+}
+
+impl Written {
+    pub fn etag(&self) -> String {
+        hex(&self.md5)
+    }
+}
+
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[usize::from(b >> 4)] as char);
+        s.push(DIGITS[usize::from(b & 0xf)] as char);
+    }
+    s
+}
+
+/// How much a body may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// The declared length, if the client sent one; the reservation already covers it.
+    pub declared: Option<u64>,
+    /// The largest body accepted.
+    pub max: u64,
+}
+
+/// The backend, seen per tenant.
+pub struct BlobStore {
+    root: Arc<dyn ObjectStore>,
+    tenants: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+/// The backend prefix under which a tenant's blobs live.
+pub fn tenant_root(tenant: &str) -> Path {
+    Path::from(format!("tenants/{tenant}"))
+}
+
+impl BlobStore {
+    pub fn new(root: Arc<dyn ObjectStore>) -> Self {
+        Self {
+            root,
+            tenants: RwLock::default(),
+        }
+    }
+
+    pub fn root(&self) -> &Arc<dyn ObjectStore> {
+        &self.root
+    }
+
+    /// The tenant's view of the backend: everything it names is under `tenants/<id>/`.
+    pub fn tenant(&self, tenant: &str) -> Arc<dyn ObjectStore> {
+        if let Some(s) = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+        {
+            return Arc::clone(s);
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(PrefixStore::new(
+            Arc::clone(&self.root),
+            tenant_root(tenant),
+        ));
+        self.tenants
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(tenant.to_owned())
+            .or_insert(store)
+            .clone()
+    }
+
+    /// A fresh, unguessable blob name in `bucket`.
+    pub fn new_blob_name(bucket: &str) -> String {
+        let id: u128 = rand::random();
+        format!("{bucket}/{id:032x}")
+    }
+
+    /// Streams `body` into the blob `name`, growing `reservation` chunk by chunk when the
+    /// length was not declared. On any error nothing is left visible under `name`.
+    pub async fn write<S, E>(
+        &self,
+        tenant: &str,
+        name: &str,
+        body: S,
+        limits: BodyLimits,
+        reservation: &mut Reservation,
+    ) -> ApiResult<Written>
+    where
+        S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        let store = self.tenant(tenant);
+        let path = Path::from(name);
+        let mut upload: Option<Box<dyn MultipartUpload>> = None;
+        let result = write_inner(&store, &path, body, limits, reservation, &mut upload).await;
+        if result.is_err()
+            && let Some(mut u) = upload
+            && let Err(e) = u.abort().await
+        {
+            tracing::warn!(error = %e, blob = name, "aborting a failed blob upload");
+        }
+        result
+    }
+
+    /// The bytes `range` of an object made of `segments`, fetched a grain at a time.
+    pub fn read(&self, tenant: &str, segments: &[Segment], range: Range<u64>) -> ReadStream {
+        let store = self.tenant(tenant);
+        let mut grains = Vec::new();
+        let mut base = 0;
+        for seg in segments {
+            let (start, end) = (base, base + seg.size);
+            base = end;
+            let lo = range.start.max(start);
+            let hi = range.end.min(end);
+            let mut at = lo;
+            while at < hi {
+                let to = hi.min(at + GRAIN);
+                grains.push((Path::from(seg.blob.as_str()), (at - start)..(to - start)));
+                at = to;
+            }
+        }
+        let stream = stream::iter(grains)
+            .map(move |(path, r)| {
+                let store = Arc::clone(&store);
+                async move { store.get_range(&path, r).await }
+            })
+            .buffered(2)
+            .boxed();
+        ReadStream(std::sync::Mutex::new(stream))
+    }
+
+    /// Copies a blob inside the tenant's prefix (server-side on S3 backends).
+    pub async fn copy(&self, tenant: &str, from: &str, to: &str) -> ApiResult<()> {
+        let store = self.tenant(tenant);
+        store
+            .copy(&Path::from(from), &Path::from(to))
+            .await
+            .map_err(ApiError::from)
+    }
+
+    /// Deletes blobs, logging (not failing on) errors: an undeleted blob is an orphan that
+    /// start-up reconciliation removes.
+    pub async fn delete(&self, tenant: &str, names: impl IntoIterator<Item = String>) {
+        let store = self.tenant(tenant);
+        for name in names {
+            match store.delete(&Path::from(name.as_str())).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => tracing::warn!(error = %e, blob = name, "deleting a blob failed"),
+            }
+        }
+    }
+
+    /// Every blob of every tenant in the backend: `(tenant, blob name)`.
+    pub async fn list_all(&self) -> ApiResult<Vec<(String, String)>> {
+        let mut out = Vec::new();
+        let mut listing = self.root.list(Some(&Path::from("tenants")));
+        while let Some(meta) = listing.try_next().await? {
+            let mut parts = meta.location.parts();
+            let (Some(_), Some(tenant)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let rest: Vec<String> = parts.map(|p| p.as_ref().to_owned()).collect();
+            out.push((tenant.as_ref().to_owned(), rest.join("/")));
+        }
+        Ok(out)
+    }
+}
+
+async fn write_inner<S, E>(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    mut body: S,
+    limits: BodyLimits,
+    reservation: &mut Reservation,
+    upload: &mut Option<Box<dyn MultipartUpload>>,
+) -> ApiResult<Written>
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
+    E: std::fmt::Display,
+{
+    let mut md5 = Md5::new();
+    let mut size: u64 = 0;
+    let mut buf = PutPayloadMut::new();
+    let mut in_flight = FuturesUnordered::new();
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk.map_err(|e| ApiError::Body(e.to_string()))?;
+        let len = chunk.len() as u64;
+        size += len;
+        if size > limits.max {
+            return Err(ApiError::EntityTooLarge(limits.max));
+        }
+        match limits.declared {
+            Some(d) if size > d => return Err(ApiError::BodyTooLong),
+            Some(_) => {}
+            None => reservation.grow(len)?,
+        }
+        md5.update(&chunk);
+        buf.push(chunk);
+        if buf.content_length() >= PART_SIZE {
+            let part = std::mem::take(&mut buf).freeze();
+            if upload.is_none() {
+                *upload = Some(store.put_multipart(path).await?);
+            }
+            if let Some(u) = upload.as_mut() {
+                in_flight.push(u.put_part(part));
+            }
+            while in_flight.len() >= PARTS_IN_FLIGHT {
+                if let Some(r) = in_flight.next().await {
+                    r?;
+                }
+            }
+        }
+    }
+    if limits.declared.is_some_and(|d| size < d) {
+        return Err(ApiError::IncompleteBody);
+    }
+    match upload.as_mut() {
+        None => {
+            store.put(path, buf.freeze()).await?;
+        }
+        Some(u) => {
+            if buf.content_length() > 0 {
+                in_flight.push(u.put_part(buf.freeze()));
+            }
+            while let Some(r) = in_flight.next().await {
+                r?;
+            }
+            u.complete().await?;
+        }
+    }
+    Ok(Written {
+        size,
+        md5: md5.finalize().into(),
+    })
+}

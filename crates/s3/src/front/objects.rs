@@ -1,0 +1,500 @@
+//! Object operations: put, get, head, delete, copy.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use base64::Engine;
+use s3s::dto::{self, StreamingBlob};
+use s3s::stream::ByteStream;
+use sluice_meta::{ObjectRecord, Segment};
+
+use super::{Front, etag, now_ms, timestamp};
+use crate::blob::{BlobStore, BodyLimits, Written};
+use crate::error::{ApiError, ApiResult};
+use crate::name;
+
+/// Representation headers stored with an object, by lower-case name.
+#[derive(Default)]
+pub(super) struct Representation {
+    pub content_type: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub metadata: BTreeMap<String, String>,
+}
+
+impl Representation {
+    pub(super) fn new(
+        content_type: Option<String>,
+        cache_control: Option<String>,
+        content_disposition: Option<String>,
+        content_encoding: Option<String>,
+        content_language: Option<String>,
+        metadata: Option<dto::Metadata>,
+    ) -> Self {
+        let mut headers = BTreeMap::new();
+        // "aws-chunked" describes the request's transfer framing, not the object.
+        let content_encoding = content_encoding.and_then(|v| {
+            let rest: Vec<&str> = v
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+                .collect();
+            (!rest.is_empty()).then(|| rest.join(","))
+        });
+        for (k, v) in [
+            ("cache-control", cache_control),
+            ("content-disposition", content_disposition),
+            ("content-encoding", content_encoding),
+            ("content-language", content_language),
+        ] {
+            if let Some(v) = v {
+                headers.insert(k.to_owned(), v);
+            }
+        }
+        Self {
+            content_type,
+            headers,
+            metadata: metadata.unwrap_or_default().into_iter().collect(),
+        }
+    }
+}
+
+/// The declared length of a request body, if known.
+pub(super) fn declared_length(body: &StreamingBlob, content_length: Option<i64>) -> Option<u64> {
+    body.remaining_length()
+        .exact()
+        .map(|n| n as u64)
+        .or_else(|| content_length.and_then(|n| u64::try_from(n).ok()))
+}
+
+/// Checks a Content-MD5 header against what was stored.
+pub(super) fn check_md5(content_md5: Option<&str>, written: &Written) -> ApiResult<()> {
+    let Some(b64) = content_md5 else {
+        return Ok(());
+    };
+    let expected = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .map_err(|_| ApiError::InvalidDigest)?;
+    if expected.as_slice() == written.md5 {
+        Ok(())
+    } else {
+        Err(ApiError::BadDigest)
+    }
+}
+
+fn header(rec: &ObjectRecord, name: &str) -> Option<String> {
+    rec.headers.get(name).cloned()
+}
+
+fn metadata(rec: &ObjectRecord) -> Option<dto::Metadata> {
+    (!rec.metadata.is_empty()).then(|| rec.metadata.clone().into_iter().collect())
+}
+
+impl Front {
+    /// Streams a body into a new blob with the space reserved first; returns the blob name
+    /// and what was written. On error the blob is gone and the reservation released.
+    pub(super) async fn store_body<S, E>(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        body: S,
+        declared: Option<u64>,
+        max: u64,
+    ) -> ApiResult<(String, Written, sluice_meta::Reservation)>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        if let Some(d) = declared
+            && d > max
+        {
+            return Err(ApiError::EntityTooLarge(max));
+        }
+        let mut reservation = self
+            .catalog()
+            .ledger()
+            .reserve(tenant, declared.unwrap_or(0))?;
+        let blob = BlobStore::new_blob_name(bucket);
+        let limits = BodyLimits { declared, max };
+        let written = self
+            .blobs()
+            .write(tenant, &blob, body, limits, &mut reservation)
+            .await?;
+        Ok((blob, written, reservation))
+    }
+
+    /// Makes `rec` visible at `key`; deletes the blobs it replaced, or on failure its own.
+    pub(super) async fn commit_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        rec: ObjectRecord,
+        reservation: sluice_meta::Reservation,
+    ) -> ApiResult<ObjectRecord> {
+        let (t, b, k, r) = (
+            tenant.to_owned(),
+            bucket.to_owned(),
+            key.to_owned(),
+            rec.clone(),
+        );
+        match self
+            .meta(move |c| c.put_object(&t, &b, &k, &r, reservation))
+            .await
+        {
+            Ok(replaced) => {
+                if let Some(old) = replaced {
+                    self.blobs()
+                        .delete(tenant, old.segments.into_iter().map(|s| s.blob))
+                        .await;
+                }
+                Ok(rec)
+            }
+            Err(e) => {
+                self.blobs()
+                    .delete(tenant, rec.segments.into_iter().map(|s| s.blob))
+                    .await;
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn put_object_op(
+        &self,
+        tenant: &str,
+        input: dto::PutObjectInput,
+    ) -> ApiResult<dto::PutObjectOutput> {
+        if input.if_none_match.is_some() || input.if_match.is_some() {
+            return Err(ApiError::NotImplemented("conditional PutObject"));
+        }
+        self.require_bucket(tenant, &input.bucket).await?;
+        let body = input.body.unwrap_or_else(|| {
+            StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
+        });
+        let declared = declared_length(&body, input.content_length);
+        let (blob, written, reservation) = self
+            .store_body(
+                tenant,
+                &input.bucket,
+                body,
+                declared,
+                self.config().max_object_size,
+            )
+            .await?;
+        if let Err(e) = check_md5(input.content_md5.as_deref(), &written) {
+            self.blobs().delete(tenant, [blob]).await;
+            return Err(e);
+        }
+        let repr = Representation::new(
+            input.content_type,
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.metadata,
+        );
+        let rec = ObjectRecord {
+            size: written.size,
+            etag: written.etag(),
+            last_modified_ms: now_ms(),
+            content_type: repr.content_type,
+            headers: repr.headers,
+            metadata: repr.metadata,
+            segments: vec![Segment {
+                blob,
+                size: written.size,
+            }],
+            parts: 0,
+        };
+        let rec = self
+            .commit_object(tenant, &input.bucket, &input.key, rec, reservation)
+            .await?;
+        Ok(dto::PutObjectOutput {
+            e_tag: Some(etag(&rec.etag)),
+            size: i64::try_from(rec.size).ok(),
+            ..Default::default()
+        })
+    }
+
+    pub(super) async fn object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> ApiResult<ObjectRecord> {
+        let (t, b, k) = (tenant.to_owned(), bucket.to_owned(), key.to_owned());
+        self.meta(move |c| c.get_object(&t, &b, &k))
+            .await?
+            .ok_or(ApiError::NoSuchKey)
+    }
+
+    pub(super) async fn get_object_op(
+        &self,
+        tenant: &str,
+        input: dto::GetObjectInput,
+    ) -> ApiResult<dto::GetObjectOutput> {
+        if input.part_number.is_some() {
+            return Err(ApiError::NotImplemented("GetObject by partNumber"));
+        }
+        let rec = self.object(tenant, &input.bucket, &input.key).await?;
+        let (range, partial) = match &input.range {
+            None => (0..rec.size, false),
+            Some(r) => (r.check(rec.size).map_err(|_| ApiError::InvalidRange)?, true),
+        };
+        let body = self.blobs().read(tenant, &rec.segments, range.clone());
+        Ok(dto::GetObjectOutput {
+            body: Some(StreamingBlob::wrap(body)),
+            content_length: i64::try_from(range.end - range.start).ok(),
+            content_range: partial.then(|| content_range(&range, rec.size)),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&rec.etag)),
+            last_modified: Some(timestamp(rec.last_modified_ms)),
+            content_type: input
+                .response_content_type
+                .or_else(|| rec.content_type.clone()),
+            cache_control: input
+                .response_cache_control
+                .or_else(|| header(&rec, "cache-control")),
+            content_disposition: input
+                .response_content_disposition
+                .or_else(|| header(&rec, "content-disposition")),
+            content_encoding: input
+                .response_content_encoding
+                .or_else(|| header(&rec, "content-encoding")),
+            content_language: input
+                .response_content_language
+                .or_else(|| header(&rec, "content-language")),
+            metadata: metadata(&rec),
+            parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
+            ..Default::default()
+        })
+    }
+
+    pub(super) async fn head_object_op(
+        &self,
+        tenant: &str,
+        input: dto::HeadObjectInput,
+    ) -> ApiResult<dto::HeadObjectOutput> {
+        let rec = self.object(tenant, &input.bucket, &input.key).await?;
+        Ok(dto::HeadObjectOutput {
+            content_length: i64::try_from(rec.size).ok(),
+            accept_ranges: Some("bytes".into()),
+            e_tag: Some(etag(&rec.etag)),
+            last_modified: Some(timestamp(rec.last_modified_ms)),
+            content_type: rec.content_type.clone(),
+            cache_control: header(&rec, "cache-control"),
+            content_disposition: header(&rec, "content-disposition"),
+            content_encoding: header(&rec, "content-encoding"),
+            content_language: header(&rec, "content-language"),
+            metadata: metadata(&rec),
+            parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
+            ..Default::default()
+        })
+    }
+
+    /// Removes an object; `Ok` whether or not it existed (S3 semantics).
+    pub(super) async fn remove_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> ApiResult<()> {
+        let (t, b, k) = (tenant.to_owned(), bucket.to_owned(), key.to_owned());
+        if let Some(old) = self.meta(move |c| c.delete_object(&t, &b, &k)).await? {
+            self.blobs()
+                .delete(tenant, old.segments.into_iter().map(|s| s.blob))
+                .await;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn delete_object_op(
+        &self,
+        tenant: &str,
+        input: dto::DeleteObjectInput,
+    ) -> ApiResult<dto::DeleteObjectOutput> {
+        if input.version_id.as_deref().is_some_and(|v| v != "null") {
+            return Err(ApiError::InvalidArgument(
+                "versioning is not enabled".into(),
+            ));
+        }
+        self.remove_object(tenant, &input.bucket, &input.key)
+            .await?;
+        Ok(dto::DeleteObjectOutput::default())
+    }
+
+    pub(super) async fn delete_objects_op(
+        &self,
+        tenant: &str,
+        input: dto::DeleteObjectsInput,
+    ) -> ApiResult<dto::DeleteObjectsOutput> {
+        self.require_bucket(tenant, &input.bucket).await?;
+        if input.delete.objects.len() > 1000 {
+            return Err(ApiError::MalformedXml(
+                "at most 1000 keys per request".into(),
+            ));
+        }
+        let quiet = input.delete.quiet.unwrap_or(false);
+        let mut deleted = Vec::new();
+        let mut errors = Vec::new();
+        for obj in input.delete.objects {
+            let result = match name::check_key(&obj.key) {
+                Err(e) => Err(ApiError::Name(e)),
+                Ok(()) => self.remove_object(tenant, &input.bucket, &obj.key).await,
+            };
+            match result {
+                Ok(()) => {
+                    if !quiet {
+                        deleted.push(dto::DeletedObject {
+                            key: Some(obj.key),
+                            ..Default::default()
+                        });
+                    }
+                }
+                Err(e) => {
+                    let s3 = crate::error::to_s3(e);
+                    errors.push(dto::Error {
+                        code: Some(s3.code().as_str().to_owned()),
+                        key: Some(obj.key),
+                        message: s3.message().map(str::to_owned),
+                        version_id: None,
+                    });
+                }
+            }
+        }
+        Ok(dto::DeleteObjectsOutput {
+            deleted: Some(deleted),
+            errors: Some(errors),
+            ..Default::default()
+        })
+    }
+
+    /// Resolves a copy source in the caller's own namespace.
+    pub(super) async fn copy_source(
+        &self,
+        tenant: &str,
+        source: &dto::CopySource,
+    ) -> ApiResult<(String, String, ObjectRecord)> {
+        let dto::CopySource::Bucket {
+            bucket,
+            key,
+            version_id,
+        } = source
+        else {
+            return Err(ApiError::NotImplemented("access-point copy sources"));
+        };
+        name::check_bucket(bucket)?;
+        name::check_key(key)?;
+        if version_id.as_deref().is_some_and(|v| v != "null") {
+            return Err(ApiError::InvalidArgument(
+                "versioning is not enabled".into(),
+            ));
+        }
+        let rec = self.object(tenant, bucket, key).await?;
+        Ok((bucket.to_string(), key.to_string(), rec))
+    }
+
+    /// Copies `range` of `src` into a new blob, server-side when it is one whole blob.
+    pub(super) async fn copy_bytes(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        src: &ObjectRecord,
+        range: Range<u64>,
+    ) -> ApiResult<(String, Written, sluice_meta::Reservation)> {
+        let len = range.end - range.start;
+        let whole_single =
+            src.segments.len() == 1 && range.start == 0 && len == src.size && src.parts == 0;
+        if whole_single && let Some(md5) = hex16(&src.etag) {
+            let reservation = self.catalog().ledger().reserve(tenant, len)?;
+            let blob = BlobStore::new_blob_name(bucket);
+            self.blobs()
+                .copy(tenant, &src.segments[0].blob, &blob)
+                .await?;
+            return Ok((blob, Written { size: len, md5 }, reservation));
+        }
+        let body = self.blobs().read(tenant, &src.segments, range);
+        self.store_body(tenant, bucket, body, Some(len), u64::MAX)
+            .await
+    }
+
+    pub(super) async fn copy_object_op(
+        &self,
+        tenant: &str,
+        input: dto::CopyObjectInput,
+    ) -> ApiResult<dto::CopyObjectOutput> {
+        let (src_bucket, src_key, src) = self.copy_source(tenant, &input.copy_source).await?;
+        self.require_bucket(tenant, &input.bucket).await?;
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
+        if src_bucket == input.bucket && src_key == input.key && !replace {
+            return Err(ApiError::InvalidRequest(
+                "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata".into(),
+            ));
+        }
+        let (blob, written, reservation) = self
+            .copy_bytes(tenant, &input.bucket, &src, 0..src.size)
+            .await?;
+        let repr = if replace {
+            Representation::new(
+                input.content_type,
+                input.cache_control,
+                input.content_disposition,
+                input.content_encoding,
+                input.content_language,
+                input.metadata,
+            )
+        } else {
+            Representation {
+                content_type: src.content_type.clone(),
+                headers: src.headers.clone(),
+                metadata: src.metadata.clone(),
+            }
+        };
+        let rec = ObjectRecord {
+            size: written.size,
+            etag: written.etag(),
+            last_modified_ms: now_ms(),
+            content_type: repr.content_type,
+            headers: repr.headers,
+            metadata: repr.metadata,
+            segments: vec![Segment {
+                blob,
+                size: written.size,
+            }],
+            parts: 0,
+        };
+        let rec = self
+            .commit_object(tenant, &input.bucket, &input.key, rec, reservation)
+            .await?;
+        Ok(dto::CopyObjectOutput {
+            copy_object_result: Some(dto::CopyObjectResult {
+                e_tag: Some(etag(&rec.etag)),
+                last_modified: Some(timestamp(rec.last_modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+}
+
+fn content_range(range: &Range<u64>, size: u64) -> String {
+    format!(
+        "bytes {}-{}/{size}",
+        range.start,
+        range.end.saturating_sub(1)
+    )
+}
+
+/// Parses a 32-hex-digit MD5 ETag.
+fn hex16(s: &str) -> Option<[u8; 16]> {
+    if s.len() != 32 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(out)
+}

@@ -1,0 +1,39 @@
+//! sluice's S3 front end: the `s3s` service that the gateway (and the node agent) serve.
+//!
+//! It owns the request path from an authenticated S3 call to bytes in the backend:
+//! - [`auth`]: one SigV4 path, tenant resolution, name validation (the namespace boundary);
+//! - [`front`]: the S3 operations, confined to the caller's namespace, with quota reserved
+//!   before bytes move (the capacity boundary);
+//! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix;
+//! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status.
+//!
+//! It does not own listeners, configuration files or process lifecycle (the gateway and agent
+//! crates do), nor metadata storage (`sluice-meta`).
+
+pub mod auth;
+pub mod blob;
+pub mod error;
+pub mod front;
+pub mod name;
+
+pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants};
+pub use blob::BlobStore;
+pub use front::{Front, FrontConfig};
+
+use std::sync::Arc;
+
+use s3s::config::{S3Config, StaticConfigProvider};
+use s3s::service::{S3Service, S3ServiceBuilder};
+
+/// The HTTP service: signature verification, tenant access checks, then `front`.
+pub fn service(front: Front, tenants: &Arc<Tenants>) -> S3Service {
+    let mut b = S3ServiceBuilder::new(front);
+    b.set_auth(TenantAuth(Arc::clone(tenants)));
+    b.set_access(TenantAccess(Arc::clone(tenants)));
+    let mut config = S3Config::default();
+    // Clock skew allowed on signed requests and presigned URLs (replay window), as AWS.
+    config.presigned_url_max_skew_time_secs = 15 * 60;
+    config.xml_max_body_size = 4 * 1024 * 1024;
+    b.set_config(Arc::new(StaticConfigProvider::new(Arc::new(config))));
+    b.build()
+}
