@@ -153,7 +153,7 @@ fn write_report(out: &mut String, plan: &Plan, source: &str) -> std::fmt::Result
         writeln!(
             out,
             "  aggregate demand at a random instant, phases independent and uniform \
-             ({} grid; the truth lies in the bracket, figures are its upper end):",
+             ({} grid; figures are upper bounds, each with its bracket):",
             Rate(d.grid_step)
         )?;
     }
@@ -161,7 +161,7 @@ fn write_report(out: &mut String, plan: &Plan, source: &str) -> std::fmt::Result
     for ((label, value), (_, low)) in plan.percentiles.labelled().iter().zip(lower) {
         write!(out, "    {label:<12} {:>12}", Rate(*value).to_string())?;
         if !d.exact {
-            write!(out, "   [{}, {}]", Rate(low), Rate(*value))?;
+            write!(out, "   truth within {} below", Rate(*value - low))?;
         }
         writeln!(out)?;
     }
