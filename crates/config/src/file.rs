@@ -29,6 +29,8 @@ pub struct FileGateway {
 pub struct FileCapacity {
     pub bandwidth: Option<Rate>,
     pub ops: Option<f64>,
+    pub policy: Option<String>,
+    pub queue_depth: Option<usize>,
 }
 
 #[derive(Debug, Deserialize)]

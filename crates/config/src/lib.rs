@@ -56,9 +56,10 @@ pub struct GatewayConfig {
     pub data_dir: PathBuf,
     pub region: String,
     pub metrics_listen: Option<String>,
+    /// `None`: no `[gateway.capacity]`, nothing is throttled.
+    pub throttle: Option<Capacity>,
     /// Largest single object body accepted by PutObject or UploadPart.
     pub max_object_size: u64,
-    pub capacity: Capacity,
 }
 
 /// What the shared tier can serve, handed out by the throughput scheduler.
@@ -68,6 +69,20 @@ pub struct Capacity {
     pub bandwidth: f64,
     /// Operations per second.
     pub ops: f64,
+    pub policy: Policy,
+    /// Requests a tenant may have waiting for admission before it gets `SlowDown`.
+    pub queue_depth: usize,
+}
+
+/// How the gateway arbitrates the shared tier between tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// dmClock: per-tenant reservation, weight and limit, paced to the capacity (default).
+    DmClock,
+    /// One queue for every tenant, paced to the capacity: no isolation (for comparison).
+    Fifo,
+    /// Each tenant capped at its limit, nothing else (static caps, for comparison).
+    RateLimit,
 }
 
 /// Where object data lives.

@@ -6,13 +6,12 @@ use std::path::Path;
 use crate::file::{FileConfig, FileRetention, FileTenant};
 use crate::{
     AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, GatewayConfig,
-    LocalSpec, Qos, Retention, S3Backend, Tenant,
+    LocalSpec, Policy, Qos, Retention, S3Backend, Tenant,
 };
 
 const GIB: u64 = 1024 * 1024 * 1024;
-/// Default shared-tier capacity when `[gateway.capacity]` is absent: effectively unbounded,
-/// so a plain gateway never throttles until an operator states what the tier can do.
-const UNBOUNDED_BANDWIDTH: f64 = 1e15;
+/// Operations per second assumed when `[gateway.capacity]` gives only a bandwidth: effectively
+/// free operations, every byte still counted.
 const UNBOUNDED_OPS: f64 = 1e9;
 
 /// Validates a parsed file; relative paths resolve against `base` (the file's directory).
@@ -30,16 +29,43 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         None => None,
         Some(g) => {
             let capacity = match g.capacity {
-                None => Capacity {
-                    bandwidth: UNBOUNDED_BANDWIDTH,
-                    ops: UNBOUNDED_OPS,
-                },
+                None => None,
                 Some(c) => {
-                    let bandwidth = c.bandwidth.map_or(UNBOUNDED_BANDWIDTH, |r| r.0);
+                    let bandwidth = c.bandwidth.map(|r| r.0).ok_or_else(|| {
+                        ConfigError::invalid(
+                            "gateway.capacity.bandwidth",
+                            "required: the shared tier's measured throughput, e.g. \"1GiB/s\"",
+                        )
+                    })?;
                     let ops = c.ops.unwrap_or(UNBOUNDED_OPS);
                     positive("gateway.capacity.bandwidth", bandwidth)?;
                     positive("gateway.capacity.ops", ops)?;
-                    Capacity { bandwidth, ops }
+                    let policy = match c.policy.as_deref().unwrap_or("dmclock") {
+                        "dmclock" => Policy::DmClock,
+                        "fifo" => Policy::Fifo,
+                        "rate_limit" => Policy::RateLimit,
+                        other => {
+                            return Err(ConfigError::invalid(
+                                "gateway.capacity.policy",
+                                format!(
+                                    "{other:?}: expected \"dmclock\", \"fifo\" or \"rate_limit\""
+                                ),
+                            ));
+                        }
+                    };
+                    let queue_depth = c.queue_depth.unwrap_or(64);
+                    if queue_depth == 0 {
+                        return Err(ConfigError::invalid(
+                            "gateway.capacity.queue_depth",
+                            "must be at least 1",
+                        ));
+                    }
+                    Some(Capacity {
+                        bandwidth,
+                        ops,
+                        policy,
+                        queue_depth,
+                    })
                 }
             };
             let region = g.region.unwrap_or_else(|| "us-east-1".to_owned());
@@ -59,7 +85,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 region,
                 metrics_listen: g.metrics_listen,
                 max_object_size,
-                capacity,
+                throttle: capacity,
             })
         }
     };
@@ -142,8 +168,8 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         tenants.push(tenant);
     }
 
-    if let Some(g) = &gateway {
-        check_reservations(&tenants, g.capacity)?;
+    if let Some(c) = gateway.as_ref().and_then(|g| g.throttle) {
+        check_reservations(&tenants, c)?;
     }
 
     Ok(Config {

@@ -11,7 +11,8 @@
 //! one part is a single `put`. On the local filesystem both paths write a temporary file,
 //! fsync it and rename it into place; a blob is therefore whole or absent.
 //!
-//! Reads fetch ranges of at most [`GRAIN`] bytes, one ahead of the sender.
+//! Reads fetch ranges of at most [`GRAIN`] bytes, one ahead of the sender. Every grain, in
+//! and out, is admitted through the tenant's [`Pacer`] before it touches the backend.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -53,6 +54,37 @@ impl Stream for ReadStream {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .poll_next_unpin(cx)
+    }
+}
+
+/// Admission and accounting of body bytes for one request: every grain passes the tenant's
+/// throughput scheduler (when one is configured) and is counted in its metrics.
+#[derive(Clone)]
+pub struct Pacer {
+    pub tenant: Arc<str>,
+    pub throttle: Option<Arc<sluice_throttle::Throttle>>,
+    pub metrics: Arc<sluice_metrics::TenantMetrics>,
+}
+
+impl Pacer {
+    /// Admits bytes the backend copies on its own (server-side copy).
+    pub async fn admit_copy(&self, bytes: u64) {
+        if let Some(t) = &self.throttle {
+            let waited = t.admit_bytes(&self.tenant, bytes).await;
+            self.metrics.queue_wait_seconds.observe(waited);
+        }
+    }
+
+    async fn admit(&self, bytes: u64, inbound: bool) {
+        if let Some(t) = &self.throttle {
+            let waited = t.admit_bytes(&self.tenant, bytes).await;
+            self.metrics.queue_wait_seconds.observe(waited);
+        }
+        if inbound {
+            self.metrics.add_bytes_in(bytes);
+        } else {
+            self.metrics.add_bytes_out(bytes);
+        }
     }
 }
 
@@ -143,7 +175,7 @@ impl BlobStore {
     /// length was not declared. On any error nothing is left visible under `name`.
     pub async fn write<S, E>(
         &self,
-        tenant: &str,
+        pacer: &Pacer,
         name: &str,
         body: S,
         limits: BodyLimits,
@@ -153,10 +185,11 @@ impl BlobStore {
         S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
         E: std::fmt::Display,
     {
-        let store = self.tenant(tenant);
+        let store = self.tenant(&pacer.tenant);
         let path = Path::from(name);
         let mut upload: Option<Box<dyn MultipartUpload>> = None;
-        let result = write_inner(&store, &path, body, limits, reservation, &mut upload).await;
+        let result =
+            write_inner(&store, &path, body, limits, reservation, pacer, &mut upload).await;
         if result.is_err()
             && let Some(mut u) = upload
             && let Err(e) = u.abort().await
@@ -167,8 +200,9 @@ impl BlobStore {
     }
 
     /// The bytes `range` of an object made of `segments`, fetched a grain at a time.
-    pub fn read(&self, tenant: &str, segments: &[Segment], range: Range<u64>) -> ReadStream {
-        let store = self.tenant(tenant);
+    pub fn read(&self, pacer: &Pacer, segments: &[Segment], range: Range<u64>) -> ReadStream {
+        let store = self.tenant(&pacer.tenant);
+        let pacer = pacer.clone();
         let mut grains = Vec::new();
         let mut base = 0;
         for seg in segments {
@@ -186,7 +220,11 @@ impl BlobStore {
         let stream = stream::iter(grains)
             .map(move |(path, r)| {
                 let store = Arc::clone(&store);
-                async move { store.get_range(&path, r).await }
+                let pacer = pacer.clone();
+                async move {
+                    pacer.admit(r.end - r.start, false).await;
+                    store.get_range(&path, r).await
+                }
             })
             .buffered(2)
             .boxed();
@@ -236,6 +274,7 @@ async fn write_inner<S, E>(
     mut body: S,
     limits: BodyLimits,
     reservation: &mut Reservation,
+    pacer: &Pacer,
     upload: &mut Option<Box<dyn MultipartUpload>>,
 ) -> ApiResult<Written>
 where
@@ -246,6 +285,7 @@ where
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     let mut in_flight = FuturesUnordered::new();
+    let mut unadmitted: u64 = 0;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| ApiError::Body(e.to_string()))?;
         let len = chunk.len() as u64;
@@ -257,6 +297,11 @@ where
             Some(d) if size > d => return Err(ApiError::BodyTooLong),
             Some(_) => {}
             None => reservation.grow(len)?,
+        }
+        unadmitted += len;
+        if unadmitted >= GRAIN {
+            pacer.admit(unadmitted, true).await;
+            unadmitted = 0;
         }
         md5.update(&chunk);
         buf.push(chunk);
@@ -277,6 +322,9 @@ where
     }
     if limits.declared.is_some_and(|d| size < d) {
         return Err(ApiError::IncompleteBody);
+    }
+    if unadmitted > 0 {
+        pacer.admit(unadmitted, true).await;
     }
     match upload.as_mut() {
         None => {

@@ -43,6 +43,6 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             );
         }
         println!("Ctrl-C stops it.");
-        super::until_signal(running).await
+        super::until_signal(running, args.config.as_deref()).await
     })
 }
