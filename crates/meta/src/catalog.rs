@@ -9,7 +9,9 @@ use std::ops::Bound;
 use std::path::Path;
 
 use md5::{Digest, Md5};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::sync::{Condvar, Mutex, PoisonError};
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -92,6 +94,26 @@ pub struct ReconcileReport {
 pub struct Catalog {
     db: Database,
     ledger: Ledger,
+    group: GroupCommit,
+}
+
+/// Group commit: transactions commit in memory (`Durability::None`) and then wait until one
+/// fsynced commit covers them. Whoever finds no sync in progress performs one (an empty
+/// `Durability::Immediate` commit, which makes every earlier commit durable); the others wait
+/// for it. A mutation returns only once it is durable, so concurrent writers share fsyncs
+/// instead of queueing for one each. A reader may see a commit a moment before it is durable;
+/// no writer is answered before it is.
+#[derive(Default)]
+struct GroupCommit {
+    state: Mutex<GroupState>,
+    synced: Condvar,
+}
+
+#[derive(Default)]
+struct GroupState {
+    committed: u64,
+    durable: u64,
+    syncing: bool,
 }
 
 impl Catalog {
@@ -111,6 +133,7 @@ impl Catalog {
         let catalog = Self {
             db,
             ledger: Ledger::default(),
+            group: GroupCommit::default(),
         };
         let report = catalog.recompute_usage()?;
         Ok((catalog, report))
@@ -120,9 +143,73 @@ impl Catalog {
         &self.ledger
     }
 
+    fn begin(&self) -> Result<redb::WriteTransaction> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::None)
+            .map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        Ok(txn)
+    }
+
+    /// Commits `txn` and returns once it is durable (see [`GroupCommit`]).
+    fn finish(&self, txn: redb::WriteTransaction) -> Result<()> {
+        let seq = {
+            let mut st = self
+                .group
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Commit under the lock so that sequence numbers follow commit order.
+            txn.commit()?;
+            st.committed += 1;
+            st.committed
+        };
+        let mut st = self
+            .group
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if st.durable >= seq {
+                return Ok(());
+            }
+            if st.syncing {
+                st = self
+                    .group
+                    .synced
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            st.syncing = true;
+            let target = st.committed;
+            drop(st);
+            let result = self.sync();
+            st = self
+                .group
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            st.syncing = false;
+            if result.is_ok() {
+                st.durable = st.durable.max(target);
+            }
+            self.group.synced.notify_all();
+            result?;
+        }
+    }
+
+    /// An empty durable commit: persists every earlier `Durability::None` commit.
+    fn sync(&self) -> Result<()> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        txn.commit()?;
+        Ok(())
+    }
+
     fn recompute_usage(&self) -> Result<ReconcileReport> {
         let mut actual: BTreeMap<String, u64> = BTreeMap::new();
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let mut report = ReconcileReport::default();
         {
             for row in txn.open_table(OBJECTS)?.iter()? {
@@ -165,7 +252,7 @@ impl Catalog {
                 }
             }
         }
-        txn.commit()?;
+        self.finish(txn)?;
         for (tenant, bytes) in actual {
             self.ledger.set_used(&tenant, bytes);
         }
@@ -202,7 +289,7 @@ impl Catalog {
     // ---- buckets -------------------------------------------------------------------------
 
     pub fn create_bucket(&self, tenant: &str, bucket: &str, now_ms: i64) -> Result<()> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         {
             let mut t = txn.open_table(BUCKETS)?;
             let k = keys::bucket(tenant, bucket);
@@ -214,13 +301,13 @@ impl Catalog {
                 encode(&BucketRecord { created_ms: now_ms }).as_slice(),
             )?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         Ok(())
     }
 
     /// Deletes an empty bucket, aborting its multipart uploads; returns their blobs.
     pub fn delete_bucket(&self, tenant: &str, bucket: &str) -> Result<Vec<String>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let mut blobs = Vec::new();
         let mut freed = 0;
         {
@@ -254,7 +341,7 @@ impl Catalog {
             buckets.remove(k.as_slice())?;
             add_usage(&txn, tenant, 0, freed)?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, freed);
         Ok(blobs)
     }
@@ -317,7 +404,7 @@ impl Catalog {
         rec: &ObjectRecord,
         reservation: Reservation,
     ) -> Result<Option<ObjectRecord>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let old = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
@@ -329,7 +416,7 @@ impl Catalog {
             add_usage(&txn, tenant, rec.size, old.as_ref().map_or(0, |o| o.size))?;
             old
         };
-        txn.commit()?;
+        self.finish(txn)?;
         reservation.settle(rec.size, old.as_ref().map_or(0, |o| o.size));
         Ok(old)
     }
@@ -341,7 +428,7 @@ impl Catalog {
         bucket: &str,
         key: &str,
     ) -> Result<Option<ObjectRecord>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let old = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
@@ -358,7 +445,7 @@ impl Catalog {
             txn.abort()?;
             return Ok(None);
         }
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, old.as_ref().map_or(0, |o| o.size));
         Ok(old)
     }
@@ -442,7 +529,7 @@ impl Catalog {
         upload_id: &str,
         rec: &UploadRecord,
     ) -> Result<()> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         {
             require_bucket(&txn, tenant, bucket)?;
             txn.open_table(UPLOADS)?.insert(
@@ -450,7 +537,7 @@ impl Catalog {
                 encode(rec).as_slice(),
             )?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         Ok(())
     }
 
@@ -493,7 +580,7 @@ impl Catalog {
         part: PartRecord,
         reservation: Reservation,
     ) -> Result<Option<PartRecord>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let size = part.size;
         let old = {
             let mut t = txn.open_table(UPLOADS)?;
@@ -511,7 +598,7 @@ impl Catalog {
             add_usage(&txn, tenant, size, old.as_ref().map_or(0, |p| p.size))?;
             old
         };
-        txn.commit()?;
+        self.finish(txn)?;
         reservation.settle(size, old.as_ref().map_or(0, |p| p.size));
         Ok(old)
     }
@@ -528,7 +615,7 @@ impl Catalog {
         parts: &[PartSpec],
         now_ms: i64,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let (object, replaced, unused, freed) = {
             require_bucket(&txn, tenant, bucket)?;
             let mut uploads = txn.open_table(UPLOADS)?;
@@ -562,7 +649,7 @@ impl Catalog {
                 freed,
             )
         };
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, freed);
         Ok((object, replaced, unused))
     }
@@ -575,7 +662,7 @@ impl Catalog {
         upload_id: &str,
         key: &str,
     ) -> Result<Vec<String>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let rec = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(UPLOADS)?;
@@ -592,7 +679,7 @@ impl Catalog {
             add_usage(&txn, tenant, 0, rec.bytes())?;
             rec
         };
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, rec.bytes());
         Ok(rec.parts.into_values().map(|p| p.blob).collect())
     }

@@ -27,6 +27,9 @@ enum Command {
     Tenant(cmd::tenant::Command),
     /// Provisioning arithmetic for uncorrelated checkpoint bursts.
     Plan(cmd::plan::Args),
+    /// Benchmarks (figures, not tests).
+    #[command(subcommand)]
+    Bench(cmd::bench::Command),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -43,5 +46,6 @@ fn main() -> anyhow::Result<()> {
         Command::Gateway(args) => cmd::gateway::run(&args),
         Command::Tenant(cmd) => cmd::tenant::run(&cmd),
         Command::Plan(args) => cmd::plan::run(&args),
+        Command::Bench(cmd) => cmd::bench::run(&cmd),
     }
 }

@@ -117,14 +117,16 @@ pub struct Throttle {
 
 impl Throttle {
     /// Starts the dispatcher on the current tokio runtime.
-    pub fn start(config: ThrottleConfig, tenants: Vec<TenantSpec>) -> Result<Arc<Self>, ThrottleError> {
+    pub fn start(
+        config: ThrottleConfig,
+        tenants: Vec<TenantSpec>,
+    ) -> Result<Arc<Self>, ThrottleError> {
         let cost = CostModel::from_capacity(config.bandwidth, config.ops)?;
         if config.policy == Policy::DmClock {
             sluice_qos::check_reservations(config.bandwidth, tenants.iter().map(|t| &t.qos))?;
         }
         let mut sched = Scheduler::new();
-        let shared = (config.policy == Policy::Fifo)
-            .then(|| sched.add_tenant(plain_qos()));
+        let shared = (config.policy == Policy::Fifo).then(|| sched.add_tenant(plain_qos()));
         let mut map = HashMap::new();
         for t in &tenants {
             let id = match shared {
@@ -156,7 +158,10 @@ impl Throttle {
 
     /// The tenants' current parameters.
     pub fn specs(&self) -> Vec<TenantSpec> {
-        self.specs.read().unwrap_or_else(PoisonError::into_inner).clone()
+        self.specs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     fn slot(&self, tenant: &str) -> Option<Arc<Slot>> {
@@ -223,22 +228,40 @@ impl Throttle {
         }
         if self.config.policy == Policy::Fifo {
             // One queue for everyone: new tenants share it; nothing else to update.
-            let current = self.tenants.read().unwrap_or_else(PoisonError::into_inner).clone();
+            let current = self
+                .tenants
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
             let shared = current.values().next().map(|s| s.id);
             if let Some(id) = shared {
                 let mut map = (*current).clone();
                 for t in &tenants {
-                    map.entry(t.name.clone()).or_insert_with(|| Arc::new(Slot { id, waiting: AtomicUsize::new(0) }));
+                    map.entry(t.name.clone()).or_insert_with(|| {
+                        Arc::new(Slot {
+                            id,
+                            waiting: AtomicUsize::new(0),
+                        })
+                    });
                 }
                 *self.tenants.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
             }
             *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
             return Ok(());
         }
-        let current = self.tenants.read().unwrap_or_else(PoisonError::into_inner).clone();
+        let current = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         let specs = tenants
             .iter()
-            .map(|t| (current.get(&t.name).map(|s| s.id), effective(self.config.policy, t.qos)))
+            .map(|t| {
+                (
+                    current.get(&t.name).map(|s| s.id),
+                    effective(self.config.policy, t.qos),
+                )
+            })
             .collect();
         let (reply, answer) = oneshot::channel();
         self.tx
@@ -247,8 +270,12 @@ impl Throttle {
         let ids = answer.await.map_err(|_| ThrottleError::Stopped)??;
         let mut map = (*current).clone();
         for (t, id) in tenants.iter().zip(ids) {
-            map.entry(t.name.clone())
-                .or_insert_with(|| Arc::new(Slot { id, waiting: AtomicUsize::new(0) }));
+            map.entry(t.name.clone()).or_insert_with(|| {
+                Arc::new(Slot {
+                    id,
+                    waiting: AtomicUsize::new(0),
+                })
+            });
         }
         *self.tenants.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
         *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
@@ -281,7 +308,11 @@ async fn dispatch(
     let paced = config.policy != Policy::RateLimit;
     let mut free_at = epoch;
     let handle = |sched: &mut Scheduler<oneshot::Sender<()>>, msg: Msg, now: Instant| match msg {
-        Msg::Admit { tenant, cost, grant } => {
+        Msg::Admit {
+            tenant,
+            cost,
+            grant,
+        } => {
             if let Err(e) = sched.enqueue(tenant, Request::new(grant, cost), now - epoch) {
                 tracing::error!(error = %e, "admission for an unknown scheduler tenant");
             }

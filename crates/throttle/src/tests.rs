@@ -50,14 +50,23 @@ async fn weights_split_the_capacity() {
     let t = Throttle::start(
         config(Policy::DmClock, 64.0),
         vec![
-            TenantSpec { name: "a".into(), qos: qos(0.0, 1.0, None) },
-            TenantSpec { name: "b".into(), qos: qos(0.0, 3.0, None) },
+            TenantSpec {
+                name: "a".into(),
+                qos: qos(0.0, 1.0, None),
+            },
+            TenantSpec {
+                name: "b".into(),
+                qos: qos(0.0, 3.0, None),
+            },
         ],
     )
     .expect("start");
     let got = saturate(&t, &["a", "b"], 4, 20).await;
     let total = (got[0] + got[1]) as f64 / 20.0 / MIB;
-    assert!((total - 64.0).abs() < 64.0 * 0.05, "served {total} MiB/s of 64");
+    assert!(
+        (total - 64.0).abs() < 64.0 * 0.05,
+        "served {total} MiB/s of 64"
+    );
     let ratio = got[1] as f64 / got[0] as f64;
     assert!((ratio - 3.0).abs() < 3.0 * 0.05, "ratio {ratio}");
 }
@@ -67,8 +76,14 @@ async fn reservation_holds_against_a_heavier_neighbour() {
     let t = Throttle::start(
         config(Policy::DmClock, 64.0),
         vec![
-            TenantSpec { name: "small".into(), qos: qos(24.0, 1.0, None) },
-            TenantSpec { name: "big".into(), qos: qos(0.0, 100.0, None) },
+            TenantSpec {
+                name: "small".into(),
+                qos: qos(24.0, 1.0, None),
+            },
+            TenantSpec {
+                name: "big".into(),
+                qos: qos(0.0, 100.0, None),
+            },
         ],
     )
     .expect("start");
@@ -81,12 +96,18 @@ async fn reservation_holds_against_a_heavier_neighbour() {
 async fn limit_caps_a_tenant_alone() {
     let t = Throttle::start(
         config(Policy::DmClock, 64.0),
-        vec![TenantSpec { name: "capped".into(), qos: qos(0.0, 1.0, Some(16.0)) }],
+        vec![TenantSpec {
+            name: "capped".into(),
+            qos: qos(0.0, 1.0, Some(16.0)),
+        }],
     )
     .expect("start");
     let got = saturate(&t, &["capped"], 4, 20).await;
     let rate = got[0] as f64 / 20.0 / MIB;
-    assert!(rate <= 16.0 * 1.05 && rate >= 16.0 * 0.9, "capped at {rate} MiB/s");
+    assert!(
+        (16.0 * 0.9..=16.0 * 1.05).contains(&rate),
+        "capped at {rate} MiB/s"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -94,8 +115,14 @@ async fn fifo_gives_no_isolation_and_rate_limit_no_pacing() {
     let fifo = Throttle::start(
         config(Policy::Fifo, 64.0),
         vec![
-            TenantSpec { name: "a".into(), qos: qos(0.0, 1.0, None) },
-            TenantSpec { name: "b".into(), qos: qos(0.0, 3.0, None) },
+            TenantSpec {
+                name: "a".into(),
+                qos: qos(0.0, 1.0, None),
+            },
+            TenantSpec {
+                name: "b".into(),
+                qos: qos(0.0, 3.0, None),
+            },
         ],
     )
     .expect("start");
@@ -126,12 +153,18 @@ async fn fifo_gives_no_isolation_and_rate_limit_no_pacing() {
 
     let capped = Throttle::start(
         config(Policy::RateLimit, 64.0),
-        vec![TenantSpec { name: "a".into(), qos: qos(0.0, 1.0, Some(100.0)) }],
+        vec![TenantSpec {
+            name: "a".into(),
+            qos: qos(0.0, 1.0, Some(100.0)),
+        }],
     )
     .expect("start");
     let got = saturate(&capped, &["a"], 4, 10).await;
     let rate = got[0] as f64 / 10.0 / MIB;
-    assert!(rate > 90.0, "rate_limit is not paced to capacity: {rate} MiB/s");
+    assert!(
+        rate > 90.0,
+        "rate_limit is not paced to capacity: {rate} MiB/s"
+    );
 }
 
 /// Real time here: the paused clock would auto-advance while tasks line up. The tier is
@@ -144,13 +177,21 @@ async fn a_full_queue_refuses_only_that_tenant() {
     let t = Throttle::start(
         cfg,
         vec![
-            TenantSpec { name: "noisy".into(), qos: qos(0.0, 1.0, None) },
-            TenantSpec { name: "quiet".into(), qos: qos(0.0, 1.0, None) },
+            TenantSpec {
+                name: "noisy".into(),
+                qos: qos(0.0, 1.0, None),
+            },
+            TenantSpec {
+                name: "quiet".into(),
+                qos: qos(0.0, 1.0, None),
+            },
         ],
     )
     .expect("start");
     // The first op takes the tier for ten seconds; the next two wait for it.
-    t.admit_op("noisy").await.expect("first op is admitted at once");
+    t.admit_op("noisy")
+        .await
+        .expect("first op is admitted at once");
     let waiting: Vec<_> = (0..2)
         .map(|_| {
             let t = Arc::clone(&t);
@@ -163,7 +204,10 @@ async fn a_full_queue_refuses_only_that_tenant() {
         assert!(std::time::Instant::now() < deadline, "the two never queued");
         tokio::task::yield_now().await;
     }
-    let refused = t.admit_op("noisy").await.expect_err("a third waiting op must be refused");
+    let refused = t
+        .admit_op("noisy")
+        .await
+        .expect_err("a third waiting op must be refused");
     assert_eq!(refused.waiting, 2);
     assert!(refused.retry_after >= Duration::from_secs(1));
     // The quiet tenant is not refused: its admission is queued, not rejected.
@@ -175,7 +219,10 @@ async fn a_full_queue_refuses_only_that_tenant() {
         tokio::task::yield_now().await;
     }
     if quiet.is_finished() {
-        assert!(quiet.await.expect("task").is_ok(), "the quiet tenant was refused");
+        assert!(
+            quiet.await.expect("task").is_ok(),
+            "the quiet tenant was refused"
+        );
     } else {
         quiet.abort();
     }
@@ -188,18 +235,33 @@ async fn a_full_queue_refuses_only_that_tenant() {
 async fn reload_swaps_parameters_and_refuses_overbooking() {
     let t = Throttle::start(
         config(Policy::DmClock, 64.0),
-        vec![TenantSpec { name: "a".into(), qos: qos(0.0, 1.0, Some(8.0)) }],
+        vec![TenantSpec {
+            name: "a".into(),
+            qos: qos(0.0, 1.0, Some(8.0)),
+        }],
     )
     .expect("start");
     let before = saturate(&t, &["a"], 2, 5).await[0] as f64 / 5.0 / MIB;
     assert!(before <= 8.0 * 1.1, "{before}");
     let over = t
-        .update(vec![TenantSpec { name: "a".into(), qos: qos(100.0, 1.0, None) }])
+        .update(vec![TenantSpec {
+            name: "a".into(),
+            qos: qos(100.0, 1.0, None),
+        }])
         .await;
-    assert!(over.is_err(), "a reservation above capacity must be refused");
+    assert!(
+        over.is_err(),
+        "a reservation above capacity must be refused"
+    );
     t.update(vec![
-        TenantSpec { name: "a".into(), qos: qos(0.0, 1.0, Some(32.0)) },
-        TenantSpec { name: "new".into(), qos: qos(0.0, 1.0, None) },
+        TenantSpec {
+            name: "a".into(),
+            qos: qos(0.0, 1.0, Some(32.0)),
+        },
+        TenantSpec {
+            name: "new".into(),
+            qos: qos(0.0, 1.0, None),
+        },
     ])
     .await
     .expect("valid update");

@@ -1,5 +1,6 @@
 //! Subcommands of the `sluice` binary.
 
+pub mod bench;
 pub mod gateway;
 pub mod plan;
 pub mod tenant;

