@@ -8,6 +8,7 @@
 //!   operations, memory) against the filesystem directly and against SeaweedFS;
 //! - [`stats`]: latency percentiles.
 
+pub mod calibrate;
 pub mod client;
 pub mod gateway;
 pub mod procs;

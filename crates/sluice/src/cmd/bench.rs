@@ -68,3 +68,39 @@ fn run_gateway(args: &GatewayArgs) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// `sluice calibrate --config FILE`: measure the configured backend.
+#[derive(clap::Args)]
+pub struct CalibrateArgs {
+    #[arg(long, short)]
+    pub config: PathBuf,
+    /// 4 MiB grains to write and read.
+    #[arg(long, default_value_t = 256)]
+    pub grains: usize,
+    /// Transfers in flight.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+}
+
+pub fn calibrate(args: &CalibrateArgs) -> anyhow::Result<()> {
+    let config = sluice_config::Config::load(&args.config)?;
+    let store = sluice_gateway::open_backend(&config)?;
+    let c = super::runtime()?.block_on(sluice_bench::calibrate::run(
+        store,
+        args.grains,
+        args.concurrency,
+    ))?;
+    println!(
+        "write {:.0} MiB/s, read {:.0} MiB/s ({} x 4 MiB grains, {} in flight), HEAD {:.0} ops/s",
+        c.write_bytes_per_second / 1048576.0,
+        c.read_bytes_per_second / 1048576.0,
+        c.grains,
+        c.concurrency,
+        c.head_ops_per_second
+    );
+    println!(
+        "\n# paste into the gateway's configuration (10% headroom):\n{}",
+        c.toml()
+    );
+    Ok(())
+}
