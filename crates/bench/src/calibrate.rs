@@ -34,7 +34,7 @@ impl Calibration {
         let bw = self.write_bytes_per_second.min(self.read_bytes_per_second) * 0.9;
         format!(
             "[gateway.capacity]\nbandwidth = \"{}MiB/s\"\nops = {}\n",
-            (bw / 1048576.0).floor(),
+            (bw / 1_048_576.0).floor(),
             (self.head_ops_per_second * 0.9).floor()
         )
     }

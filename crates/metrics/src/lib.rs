@@ -164,19 +164,31 @@ impl Metrics {
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
         let mut out = String::new();
-        let counter = |out: &mut String, name: &str, help: &str, get: &dyn Fn(&TenantMetrics) -> u64| {
-            let _ = writeln!(out, "# HELP {prefix}_{name} {help}");
-            let _ = writeln!(out, "# TYPE {prefix}_{name} counter");
-            for (t, m) in &tenants {
-                let _ = writeln!(out, "{prefix}_{name}{{tenant=\"{}\"}} {}", escape(t), get(m));
-            }
-        };
-        counter(&mut out, "received_bytes_total", "Body bytes received from clients.", &|m| {
-            m.bytes_in.load(Ordering::Relaxed)
-        });
-        counter(&mut out, "sent_bytes_total", "Body bytes sent to clients.", &|m| {
-            m.bytes_out.load(Ordering::Relaxed)
-        });
+        let counter =
+            |out: &mut String, name: &str, help: &str, get: &dyn Fn(&TenantMetrics) -> u64| {
+                let _ = writeln!(out, "# HELP {prefix}_{name} {help}");
+                let _ = writeln!(out, "# TYPE {prefix}_{name} counter");
+                for (t, m) in &tenants {
+                    let _ = writeln!(
+                        out,
+                        "{prefix}_{name}{{tenant=\"{}\"}} {}",
+                        escape(t),
+                        get(m)
+                    );
+                }
+            };
+        counter(
+            &mut out,
+            "received_bytes_total",
+            "Body bytes received from clients.",
+            &|m| m.bytes_in.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "sent_bytes_total",
+            "Body bytes sent to clients.",
+            &|m| m.bytes_out.load(Ordering::Relaxed),
+        );
         counter(
             &mut out,
             "throttled_requests_total",
@@ -189,7 +201,10 @@ impl Metrics {
             "Requests refused with QuotaExceeded.",
             &|m| m.quota_refused.load(Ordering::Relaxed),
         );
-        let _ = writeln!(out, "# HELP {prefix}_requests_total S3 operations served, by operation and outcome.");
+        let _ = writeln!(
+            out,
+            "# HELP {prefix}_requests_total S3 operations served, by operation and outcome."
+        );
         let _ = writeln!(out, "# TYPE {prefix}_requests_total counter");
         for (t, m) in &tenants {
             let ops = m.ops.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -216,7 +231,11 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {prefix}_{name} {help}");
             let _ = writeln!(out, "# TYPE {prefix}_{name} histogram");
             for (t, m) in &tenants {
-                get(m).render(&mut out, &format!("{prefix}_{name}"), &format!("tenant=\"{}\"", escape(t)));
+                get(m).render(
+                    &mut out,
+                    &format!("{prefix}_{name}"),
+                    &format!("tenant=\"{}\"", escape(t)),
+                );
             }
         }
         for g in gauges {
@@ -231,7 +250,9 @@ impl Metrics {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -254,15 +275,28 @@ mod tests {
                 values: vec![("alice".into(), 5.0)],
             }],
         );
-        assert!(text.contains("sluice_received_bytes_total{tenant=\"alice\"} 10"), "{text}");
+        assert!(
+            text.contains("sluice_received_bytes_total{tenant=\"alice\"} 10"),
+            "{text}"
+        );
         assert!(text.contains("sluice_throttled_requests_total{tenant=\"bob\"} 2"));
-        assert!(text.contains(
-            "sluice_requests_total{tenant=\"alice\",op=\"PutObject\",outcome=\"ok\"} 2"
-        ));
-        assert!(text.contains("sluice_request_duration_seconds_bucket{tenant=\"alice\",le=\"0.005\"} 1"));
+        assert!(
+            text.contains(
+                "sluice_requests_total{tenant=\"alice\",op=\"PutObject\",outcome=\"ok\"} 2"
+            )
+        );
+        assert!(
+            text.contains(
+                "sluice_request_duration_seconds_bucket{tenant=\"alice\",le=\"0.005\"} 1"
+            )
+        );
         // The 100 s observation is above every bound: only +Inf counts it.
-        assert!(text.contains("sluice_request_duration_seconds_bucket{tenant=\"alice\",le=\"60\"} 1"));
-        assert!(text.contains("sluice_request_duration_seconds_bucket{tenant=\"alice\",le=\"+Inf\"} 2"));
+        assert!(
+            text.contains("sluice_request_duration_seconds_bucket{tenant=\"alice\",le=\"60\"} 1")
+        );
+        assert!(
+            text.contains("sluice_request_duration_seconds_bucket{tenant=\"alice\",le=\"+Inf\"} 2")
+        );
         assert!(text.contains("sluice_quota_limit_bytes{tenant=\"alice\"} 5"));
         assert!(text.contains("# TYPE sluice_queue_wait_seconds histogram"));
     }

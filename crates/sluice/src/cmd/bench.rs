@@ -92,8 +92,8 @@ pub fn calibrate(args: &CalibrateArgs) -> anyhow::Result<()> {
     ))?;
     println!(
         "write {:.0} MiB/s, read {:.0} MiB/s ({} x 4 MiB grains, {} in flight), HEAD {:.0} ops/s",
-        c.write_bytes_per_second / 1048576.0,
-        c.read_bytes_per_second / 1048576.0,
+        c.write_bytes_per_second / 1_048_576.0,
+        c.read_bytes_per_second / 1_048_576.0,
         c.grains,
         c.concurrency,
         c.head_ops_per_second
