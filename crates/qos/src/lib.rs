@@ -40,10 +40,13 @@
 //! - a continuously backlogged tenant is served at least `R·T` less a few `c` in any window
 //!   of length T, and a newcomer is never more than `2c` behind `R·(t − arrival)`;
 //! - a tenant is served at most `L·T + 2c` in any window of length T (`+ 3c` if it also has a
-//!   reservation, whose catching up is not held to the limit), and a tenant held at its
-//!   limit gets within a few per cent of it;
-//! - idle time buys nothing: a returning tenant gets its share from its first request on,
-//!   no more and no less.
+//!   reservation, whose catching up is not held to the limit). A tenant held at its limit
+//!   gets nearly all of it: the limit absorbs one request's worth of waiting behind others,
+//!   so only when a request is a large part of the limit (on a backend of 100 MiB/s, a 1 MiB
+//!   request against a limit of 50 MiB/s) can several tenants' requests keep it waiting
+//!   longer, and it loses that time;
+//! - idle time buys nothing: a returning tenant rejoins where the others stand, ahead of
+//!   each by at most one of their requests (weighted), however long it was away.
 //!
 //! `tests/isolation.rs` and `tests/randomized.rs` check each of these in virtual time.
 //!

@@ -303,6 +303,7 @@ impl<T> Scheduler<T> {
             .ok_or(QosError::UnknownTenant(id))
     }
 
+    /// The scheduler-wide state a tenant's tags are computed against.
     fn shared(&self) -> Shared {
         Shared {
             virtual_time: self.virtual_time,
