@@ -95,7 +95,10 @@ struct Slot<T> {
 /// the algorithm and its guarantees.
 ///
 /// Every method takes `&mut self` and returns at once; the caller serialises access (a mutex
-/// held for the microsecond a decision takes) and owns the clock.
+/// held for the fraction of a microsecond a decision takes) and owns the clock.
+///
+/// Offer work in grains of bounded size: the largest cost ever enqueued is how much a tenant
+/// served late may catch up on its limit, so one oversized request loosens every limit.
 #[derive(Debug)]
 pub struct Scheduler<T> {
     slots: Vec<Slot<T>>,
@@ -106,7 +109,7 @@ pub struct Scheduler<T> {
     by_proportion: TagHeap,
     /// Backlogged tenants at their limit, by their head's limit tag.
     by_limit: TagHeap,
-    /// Where the weight phase stands: the latest start tag it has served (start-time fair
+    /// Where the weight phase stands: the largest start tag it has served (start-time fair
     /// queueing's virtual time), never decreasing.
     virtual_time: f64,
     /// The largest request cost seen: how much a tenant served late may catch up on its
@@ -200,6 +203,7 @@ impl<T> Scheduler<T> {
         request: Request<T>,
         now: Duration,
     ) -> Result<(), QosError> {
+        self.tenant(tenant)?;
         let now = self.observe(now);
         self.largest_cost = self.largest_cost.max(request.cost);
         let shared = self.shared();
