@@ -46,6 +46,8 @@ impl ConfigError {
 pub struct Config {
     pub gateway: Option<GatewayConfig>,
     pub backend: Backend,
+    /// An emulated device in front of the backend (benchmarks): bounded bandwidth and ops.
+    pub emulate: Option<Device>,
     pub agent: Option<AgentConfig>,
     pub tenants: Vec<Tenant>,
 }
@@ -72,6 +74,8 @@ pub struct Capacity {
     pub policy: Policy,
     /// Requests a tenant may have waiting for admission before it gets `SlowDown`.
     pub queue_depth: usize,
+    /// The scheduling unit of bodies, in bytes (1–4 MiB).
+    pub grain: u64,
 }
 
 /// How the gateway arbitrates the shared tier between tenants.
@@ -92,6 +96,15 @@ pub enum Backend {
     Local,
     /// Any S3-compatible store, through `object_store`'s S3 client.
     S3(S3Backend),
+}
+
+/// A backend slowed to a device's bandwidth and operation rate, with a FIFO queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Device {
+    /// Bytes per second.
+    pub bandwidth: f64,
+    /// Operations per second.
+    pub ops: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

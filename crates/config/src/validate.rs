@@ -5,8 +5,8 @@ use std::path::Path;
 
 use crate::file::{FileConfig, FileRetention, FileTenant};
 use crate::{
-    AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, GatewayConfig,
-    LocalSpec, Policy, Qos, Retention, S3Backend, Tenant,
+    AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, Device,
+    GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant,
 };
 
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -60,11 +60,19 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                             "must be at least 1",
                         ));
                     }
+                    let grain = c.grain.map_or(1024 * 1024, |g| g.0);
+                    if !(64 * 1024..=16 * 1024 * 1024).contains(&grain) {
+                        return Err(ConfigError::invalid(
+                            "gateway.capacity.grain",
+                            "must be between 64KiB and 16MiB (1MiB to 4MiB is usual)",
+                        ));
+                    }
                     Some(Capacity {
                         bandwidth,
                         ops,
                         policy,
                         queue_depth,
+                        grain,
                     })
                 }
             };
@@ -90,6 +98,17 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         }
     };
 
+    let emulate = match file.backend.as_ref().and_then(|b| b.emulate.as_ref()) {
+        None => None,
+        Some(d) => {
+            positive("backend.emulate.bandwidth", d.bandwidth.0)?;
+            positive("backend.emulate.ops", d.ops)?;
+            Some(Device {
+                bandwidth: d.bandwidth.0,
+                ops: d.ops,
+            })
+        }
+    };
     let backend = match file.backend {
         None => Backend::Local,
         Some(b) => match b.url.as_deref() {
@@ -175,6 +194,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
     Ok(Config {
         gateway,
         backend,
+        emulate,
         agent,
         tenants,
     })

@@ -15,6 +15,7 @@
 
 mod backend;
 mod control;
+pub mod device;
 mod reconcile;
 mod server;
 

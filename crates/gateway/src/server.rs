@@ -71,7 +71,14 @@ impl Gateway {
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.capacity);
         }
-        let blobs = Arc::new(BlobStore::new(open_backend(config)?));
+        let grain = g
+            .throttle
+            .map_or(sluice_s3::blob::DEFAULT_GRAIN, |c| c.grain);
+        let blobs = Arc::new(BlobStore::new(
+            open_backend(config)?,
+            grain,
+            crate::backend::part_size(config, grain),
+        ));
         let local_root = matches!(config.backend, sluice_config::Backend::Local)
             .then(|| g.data_dir.join("objects"));
         let mut summary = reconcile(&catalog, &blobs, local_root.as_deref()).await?;
@@ -105,6 +112,11 @@ impl Gateway {
                     bandwidth: c.bandwidth,
                     ops: c.ops,
                     queue_depth: c.queue_depth,
+                    // Half a grain's service time, within 2–10 ms (see sluice-throttle).
+                    lookahead: Duration::from_secs_f64(c.grain as f64 / c.bandwidth / 2.0).clamp(
+                        sluice_throttle::DEFAULT_LOOKAHEAD,
+                        Duration::from_millis(10),
+                    ),
                 },
                 tenant_specs(config)?,
             )?),

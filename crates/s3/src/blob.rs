@@ -5,14 +5,17 @@
 //! boundary is built into the store handle, not checked per call. Blob names are generated
 //! here (`<bucket>/<random id>`), never derived from object keys.
 //!
-//! Writes stream: a body is cut into parts of [`PART_SIZE`] and uploaded with at most
+//! Writes stream: a body is cut into parts of the store's part size (a grain on the local
+//! filesystem, at least 5 MiB on S3 backends, which require it) and uploaded with at most
 //! [`PARTS_IN_FLIGHT`] parts outstanding, so a request holds at most
-//! `PART_SIZE × (PARTS_IN_FLIGHT + 1)` bytes whatever the object's size. A body shorter than
+//! `part size × (PARTS_IN_FLIGHT + 1)` bytes whatever the object's size. A body shorter than
 //! one part is a single `put`. On the local filesystem both paths write a temporary file,
 //! fsync it and rename it into place; a blob is therefore whole or absent.
 //!
-//! Reads fetch ranges of at most [`GRAIN`] bytes, one ahead of the sender. Every grain, in
-//! and out, is admitted through the tenant's [`Pacer`] before it touches the backend.
+//! Reads fetch ranges of at most one grain, one ahead of the sender. Every backend transfer,
+//! in and out, is admitted through the tenant's [`Pacer`] right before it is issued, with its
+//! size as its cost: the throughput scheduler therefore decides the order in which the
+//! backend sees work, not merely the pace at which clients' bytes are received.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -29,12 +32,13 @@ use sluice_meta::{Reservation, Segment};
 
 use crate::error::{ApiError, ApiResult};
 
-/// Size of one uploaded part (S3 requires at least 5 MiB for all but the last).
-pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// The default grain: the largest transfer issued to the backend at once on reads, and the part
+/// size on backends that accept small parts.
+pub const DEFAULT_GRAIN: u64 = 1024 * 1024;
+/// S3 requires parts of at least 5 MiB (all but the last); S3 backends use this part size.
+pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 /// Parts uploading concurrently per request.
 pub const PARTS_IN_FLIGHT: usize = 2;
-/// Largest range fetched from the backend at once on reads.
-pub const GRAIN: u64 = 4 * 1024 * 1024;
 
 /// An object's bytes as a stream that is `Send + Sync` (what s3s bodies require).
 ///
@@ -76,6 +80,9 @@ impl Pacer {
     }
 
     async fn admit(&self, bytes: u64, inbound: bool) {
+        if bytes == 0 {
+            return;
+        }
         if let Some(t) = &self.throttle {
             let waited = t.admit_bytes(&self.tenant, bytes).await;
             self.metrics.queue_wait_seconds.observe(waited);
@@ -124,6 +131,8 @@ pub struct BodyLimits {
 pub struct BlobStore {
     root: Arc<dyn ObjectStore>,
     tenants: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
+    grain: u64,
+    part_size: u64,
 }
 
 /// The backend prefix under which a tenant's blobs live.
@@ -132,10 +141,13 @@ pub fn tenant_root(tenant: &str) -> Path {
 }
 
 impl BlobStore {
-    pub fn new(root: Arc<dyn ObjectStore>) -> Self {
+    /// A store reading in `grain`-sized ranges and writing `part_size` parts.
+    pub fn new(root: Arc<dyn ObjectStore>, grain: u64, part_size: u64) -> Self {
         Self {
             root,
             tenants: RwLock::default(),
+            grain: grain.max(64 * 1024),
+            part_size: part_size.max(64 * 1024),
         }
     }
 
@@ -188,8 +200,17 @@ impl BlobStore {
         let store = self.tenant(&pacer.tenant);
         let path = Path::from(name);
         let mut upload: Option<Box<dyn MultipartUpload>> = None;
-        let result =
-            write_inner(&store, &path, body, limits, reservation, pacer, &mut upload).await;
+        let result = write_inner(
+            &store,
+            &path,
+            body,
+            limits,
+            reservation,
+            pacer,
+            self.part_size,
+            &mut upload,
+        )
+        .await;
         if result.is_err()
             && let Some(mut u) = upload
             && let Err(e) = u.abort().await
@@ -212,7 +233,7 @@ impl BlobStore {
             let hi = range.end.min(end);
             let mut at = lo;
             while at < hi {
-                let to = hi.min(at + GRAIN);
+                let to = hi.min(at + self.grain);
                 grains.push((Path::from(seg.blob.as_str()), (at - start)..(to - start)));
                 at = to;
             }
@@ -275,6 +296,7 @@ async fn write_inner<S, E>(
     limits: BodyLimits,
     reservation: &mut Reservation,
     pacer: &Pacer,
+    part_size: u64,
     upload: &mut Option<Box<dyn MultipartUpload>>,
 ) -> ApiResult<Written>
 where
@@ -285,7 +307,6 @@ where
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     let mut in_flight = FuturesUnordered::new();
-    let mut unadmitted: u64 = 0;
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| ApiError::Body(e.to_string()))?;
         let len = chunk.len() as u64;
@@ -298,15 +319,11 @@ where
             Some(_) => {}
             None => reservation.grow(len)?,
         }
-        unadmitted += len;
-        if unadmitted >= GRAIN {
-            pacer.admit(unadmitted, true).await;
-            unadmitted = 0;
-        }
         md5.update(&chunk);
         buf.push(chunk);
-        if buf.content_length() >= PART_SIZE {
+        if buf.content_length() as u64 >= part_size {
             let part = std::mem::take(&mut buf).freeze();
+            pacer.admit(part.content_length() as u64, true).await;
             if upload.is_none() {
                 *upload = Some(store.put_multipart(path).await?);
             }
@@ -323,16 +340,15 @@ where
     if limits.declared.is_some_and(|d| size < d) {
         return Err(ApiError::IncompleteBody);
     }
-    if unadmitted > 0 {
-        pacer.admit(unadmitted, true).await;
-    }
+    let rest = buf.freeze();
+    pacer.admit(rest.content_length() as u64, true).await;
     match upload.as_mut() {
         None => {
-            store.put(path, buf.freeze()).await?;
+            store.put(path, rest).await?;
         }
         Some(u) => {
-            if buf.content_length() > 0 {
-                in_flight.push(u.put_part(buf.freeze()));
+            if rest.content_length() > 0 {
+                in_flight.push(u.put_part(rest));
             }
             while let Some(r) = in_flight.next().await {
                 r?;

@@ -8,9 +8,10 @@
 //! channel and wait on a oneshot for their grant; nothing holds a lock while waiting, and the
 //! dispatcher's work per decision is O(log tenants). The dispatcher models the tier as a
 //! server of `capacity` cost units per second: each grant advances the time at which the tier
-//! is next free by `cost / capacity`, and grants are issued while that time is less than
-//! [`LOOKAHEAD`] ahead of now, so the tier always has a little work in hand and timer
-//! granularity does not waste capacity. Which tenant is granted next is dmClock's decision.
+//! is next free by `cost / capacity`, and grants are issued while that time is less than the
+//! lookahead ahead of now (by default [`DEFAULT_LOOKAHEAD`], or one grain's service time if
+//! larger), so the tier always has a little work in hand and timer granularity does not waste
+//! capacity, while a neighbour's next grain never waits behind more than that. Which tenant is granted next is dmClock's decision.
 //!
 //! # Policies
 //!
@@ -41,8 +42,10 @@ use sluice_qos::{CostModel, Decision, QosError, Request, Scheduler, TenantId, Te
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-/// How far ahead of now the dispatcher may book the tier.
-pub const LOOKAHEAD: Duration = Duration::from_millis(20);
+/// How far ahead of now the dispatcher books the tier when nothing else is said: a couple of
+/// milliseconds of queued work keeps the backend busy across timer granularity without
+/// letting a burst build a queue in front of a neighbour's next grain.
+pub const DEFAULT_LOOKAHEAD: Duration = Duration::from_millis(2);
 
 /// How requests are ordered and paced.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +65,8 @@ pub struct ThrottleConfig {
     pub ops: f64,
     /// Requests a tenant may have waiting for admission before `SlowDown`.
     pub queue_depth: usize,
+    /// How far ahead of now the tier may be booked (see the module doc).
+    pub lookahead: Duration,
 }
 
 /// A tenant's throughput parameters, by name.
@@ -339,9 +344,9 @@ async fn dispatch(
             handle(&mut sched, msg, Instant::now());
         }
         let now = Instant::now();
-        if paced && free_at > now + LOOKAHEAD {
+        if paced && free_at > now + config.lookahead {
             tokio::select! {
-                () = tokio::time::sleep_until(free_at - LOOKAHEAD) => {}
+                () = tokio::time::sleep_until(free_at - config.lookahead) => {}
                 msg = rx.recv() => match msg {
                     Some(m) => handle(&mut sched, m, Instant::now()),
                     None => return,

@@ -15,6 +15,7 @@ fn config(policy: Policy, mib_per_sec: f64) -> ThrottleConfig {
         bandwidth: mib_per_sec * MIB,
         ops: 1e6,
         queue_depth: 64,
+        lookahead: DEFAULT_LOOKAHEAD,
     }
 }
 
