@@ -11,6 +11,7 @@
 pub mod calibrate;
 pub mod client;
 pub mod gateway;
+pub mod noisy;
 pub mod procs;
 pub mod stats;
 

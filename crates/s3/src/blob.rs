@@ -32,13 +32,16 @@ use sluice_meta::{Reservation, Segment};
 
 use crate::error::{ApiError, ApiResult};
 
-/// The default grain: the largest transfer issued to the backend at once on reads, and the part
-/// size on backends that accept small parts.
-pub const DEFAULT_GRAIN: u64 = 1024 * 1024;
+/// The largest transfer issued to the backend at once on reads, and the part size on backends
+/// that accept small parts, when no throughput scheduler is configured (which sets its own
+/// grain, 1 MiB by default): larger transfers cost less per byte.
+pub const DEFAULT_GRAIN: u64 = 4 * 1024 * 1024;
 /// S3 requires parts of at least 5 MiB (all but the last); S3 backends use this part size.
 pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 /// Parts uploading concurrently per request.
 pub const PARTS_IN_FLIGHT: usize = 2;
+/// Grains fetched ahead of the one being sent, per GET.
+pub const READ_AHEAD: usize = 2;
 
 /// An object's bytes as a stream that is `Send + Sync` (what s3s bodies require).
 ///
@@ -247,7 +250,7 @@ impl BlobStore {
                     store.get_range(&path, r).await
                 }
             })
-            .buffered(2)
+            .buffered(READ_AHEAD)
             .boxed();
         ReadStream(std::sync::Mutex::new(stream))
     }

@@ -199,10 +199,12 @@ impl Throttle {
         Ok(waited)
     }
 
-    /// Admits `bytes` of an admitted request's body. Returns how long it waited.
+    /// Admits one backend transfer of `bytes` for an admitted request: it costs an operation
+    /// plus its bytes (`per_op + bytes`), as the backend spends both on it. Returns how long
+    /// it waited.
     pub async fn admit_bytes(&self, tenant: &str, bytes: u64) -> Duration {
         match self.slot(tenant) {
-            Some(slot) if bytes > 0 => self.wait(&slot, bytes).await,
+            Some(slot) if bytes > 0 => self.wait(&slot, self.cost.cost(bytes)).await,
             _ => Duration::ZERO,
         }
     }

@@ -9,6 +9,27 @@ pub enum Command {
     /// Gateway throughput (64 MiB objects) and operations (4 KiB objects) against the local
     /// filesystem directly and SeaweedFS, in one run, with the gateway's memory.
     Gateway(GatewayArgs),
+    /// A victim's training reads against a neighbour's checkpoint bursts, per isolation layer.
+    #[command(name = "noisy-neighbor")]
+    NoisyNeighbor(NoisyArgs),
+}
+
+#[derive(clap::Args)]
+pub struct NoisyArgs {
+    /// A shorter run (about 45 s instead of about 2.5 min).
+    #[arg(long)]
+    pub quick: bool,
+    /// Write the report as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write the victim latency distributions as SVG to this file.
+    #[arg(long)]
+    pub svg: Option<PathBuf>,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Scratch directory (deleted and recreated).
+    #[arg(long)]
+    pub workdir: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -30,7 +51,40 @@ pub struct GatewayArgs {
 pub fn run(cmd: &Command) -> anyhow::Result<()> {
     match cmd {
         Command::Gateway(args) => run_gateway(args),
+        Command::NoisyNeighbor(args) => run_noisy(args),
     }
+}
+
+fn run_noisy(args: &NoisyArgs) -> anyhow::Result<()> {
+    use sluice_bench::noisy;
+    let workdir = args
+        .workdir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("sluice-bench-noisy"));
+    let mut cfg = noisy::Config::default_run(args.seed, workdir, gateway::exe()?);
+    if args.quick {
+        cfg = cfg.quick();
+    }
+    eprintln!("sluice bench noisy-neighbor: seed {}", cfg.seed);
+    eprintln!("config: {}", serde_json::to_string(&cfg)?);
+    let total = cfg.seconds;
+    let progress = move |name: &str, t: f64| {
+        let filled = ((t / total) * 30.0).round() as usize;
+        eprint!(
+            "\r  {name:<14} [{:<30}] {t:>5.1}s / {total:.0}s",
+            "#".repeat(filled.min(30))
+        );
+    };
+    let report = super::runtime()?.block_on(noisy::run(cfg, &progress))?;
+    eprintln!();
+    print!("{}", noisy::table(&report));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
+    }
+    if let Some(path) = &args.svg {
+        std::fs::write(path, noisy::svg(&report))?;
+    }
+    Ok(())
 }
 
 fn run_gateway(args: &GatewayArgs) -> anyhow::Result<()> {
