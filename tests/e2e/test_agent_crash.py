@@ -16,7 +16,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from agent_harness import Agent, LocalSpec
-from harness import DEFAULT_TENANTS, Backend, Gateway
+from harness import DEFAULT_TENANTS, Backend, Gateway, Tenant
 
 MiB = 1024 * 1024
 ALICE = DEFAULT_TENANTS[0]
@@ -32,7 +32,9 @@ def payload(key: str) -> bytes:
 
 @pytest.fixture(scope="module")
 def shared_tier(tmp_path_factory):
-    gw = Gateway(tmp_path_factory.mktemp("crash-tier"), Backend("local")).start()
+    # One shared tier for every round; each round cleans up after itself.
+    tenants = [Tenant(t.id, t.access_key, t.secret_key, "100GiB") for t in DEFAULT_TENANTS]
+    gw = Gateway(tmp_path_factory.mktemp("crash-tier"), Backend("local"), tenants).start()
     yield gw
     gw.stop()
 
@@ -110,5 +112,7 @@ def test_kill_9_during_writes_and_drains_then_restart(tmp_path, shared_tier, rou
         assert listed(node, bucket) == upstream, f"node and shared tier disagree (seed {seed})"
         s = agent.tenant_status("alice")
         assert s["pending_bytes"] == 0 and s["last_error"] is None, s
+        for key in upstream:
+            up.delete_object(Bucket=bucket, Key=key)
     finally:
         agent.stop()

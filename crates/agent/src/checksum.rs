@@ -209,22 +209,21 @@ impl ObjectStore for ChecksumStore {
     }
 
     async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        let crc = match self.sums.get(from) {
-            Some(c) => c,
-            None => {
-                // A blob written before a restart: read it back once.
-                let mut stream = self
-                    .inner
-                    .get_opts(from, GetOptions::default())
-                    .await?
-                    .into_stream();
-                let mut crc = Crc::default();
-                while let Some(chunk) = stream.next().await {
-                    let chunk: Bytes = chunk?;
-                    crc = crc.then(Crc::of(&chunk));
-                }
-                crc
+        let crc = if let Some(c) = self.sums.get(from) {
+            c
+        } else {
+            // A blob written before a restart: read it back once.
+            let mut stream = self
+                .inner
+                .get_opts(from, GetOptions::default())
+                .await?
+                .into_stream();
+            let mut crc = Crc::default();
+            while let Some(chunk) = stream.next().await {
+                let chunk: Bytes = chunk?;
+                crc = crc.then(Crc::of(&chunk));
             }
+            crc
         };
         self.inner.copy_opts(from, to, options).await?;
         self.sums.put(to, crc);

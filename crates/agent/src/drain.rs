@@ -565,27 +565,26 @@ impl Drain {
         crc: Option<Crc>,
     ) -> Result<Option<String>, DrainError> {
         let part_size = PART_SIZE.max(object.size.div_ceil(10_000));
-        let mut progress = match &op.upload {
-            Some(p) => p.clone(),
-            None => {
-                let upload_id = self
+        let mut progress = if let Some(p) = &op.upload {
+            p.clone()
+        } else {
+            let upload_id = self
+                .upstream
+                .create_multipart(&op.tenant, &op.bucket, &op.key, object)
+                .await?;
+            let p = UploadProgress {
+                upload_id,
+                part_size,
+                parts: std::collections::BTreeMap::new(),
+            };
+            if !self.record(op.seq, Some(p.clone())).await? {
+                let _ = self
                     .upstream
-                    .create_multipart(&op.tenant, &op.bucket, &op.key, object)
-                    .await?;
-                let p = UploadProgress {
-                    upload_id,
-                    part_size,
-                    parts: std::collections::BTreeMap::new(),
-                };
-                if !self.record(op.seq, Some(p.clone())).await? {
-                    let _ = self
-                        .upstream
-                        .abort_multipart(&op.tenant, &op.bucket, &op.key, &p.upload_id)
-                        .await;
-                    return Ok(None);
-                }
-                p
+                    .abort_multipart(&op.tenant, &op.bucket, &op.key, &p.upload_id)
+                    .await;
+                return Ok(None);
             }
+            p
         };
         let part_size = progress.part_size;
         let n = object.size.div_ceil(part_size);
@@ -725,13 +724,13 @@ impl Drain {
             if capacity != u64::MAX && used as f64 > high {
                 let mut freed: u64 = victims.iter().map(|&i| copies[i].2.object.size).sum();
                 let target = used as f64 - capacity as f64 * LOW_WATER;
-                for i in 0..copies.len() {
+                for (i, copy) in copies.iter().enumerate() {
                     if freed as f64 >= target {
                         break;
                     }
                     if !victims.contains(&i) {
                         victims.push(i);
-                        freed += copies[i].2.object.size;
+                        freed += copy.2.object.size;
                     }
                 }
             }

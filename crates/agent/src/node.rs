@@ -9,6 +9,7 @@
 //! Every other operation is forwarded as is.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
@@ -135,7 +136,7 @@ fn url_encode(on: bool, s: String) -> String {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b'/') {
             out.push(b as char);
         } else {
-            out.push_str(&format!("%{b:02X}"));
+            let _ = write!(out, "%{b:02X}");
         }
     }
     out
@@ -401,22 +402,20 @@ impl NodeS3 {
                     continue;
                 }
             }
-            let name = match delimiter.and_then(|d| key[prefix.len()..].find(d).map(|i| (d, i))) {
-                Some((d, i)) => {
-                    let common = key[..prefix.len() + i + d.len()].to_owned();
-                    if after.is_some_and(|a| common.as_str() <= a)
-                        || out.prefixes.last() == Some(&common)
-                    {
-                        continue;
-                    }
-                    Entry::Prefix(common)
+            let rolled = delimiter.and_then(|d| key[prefix.len()..].find(d).map(|i| (d, i)));
+            let name = if let Some((d, i)) = rolled {
+                let common = key[..prefix.len() + i + d.len()].to_owned();
+                if after.is_some_and(|a| common.as_str() <= a)
+                    || out.prefixes.last() == Some(&common)
+                {
+                    continue;
                 }
-                None => {
-                    if after.is_some_and(|a| key.as_str() <= a) {
-                        continue;
-                    }
-                    Entry::Object(key, sluice_meta::ObjectRecord::default())
+                Entry::Prefix(common)
+            } else {
+                if after.is_some_and(|a| key.as_str() <= a) {
+                    continue;
                 }
+                Entry::Object(key, sluice_meta::ObjectRecord::default())
             };
             if count == max {
                 out.truncated = true;

@@ -29,6 +29,9 @@ enum Command {
     Tenant(cmd::tenant::Command),
     /// Provisioning arithmetic for uncorrelated checkpoint bursts.
     Plan(cmd::plan::Args),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(cmd::bench::Command),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Tenant(cmd) => cmd::tenant::run(&cmd),
         Command::Plan(args) => cmd::plan::run(&args),
+        Command::Bench(cmd) => cmd::bench::run(&cmd),
     }
 }

@@ -2,7 +2,7 @@
 //! `sluice agent status --config FILE [--metrics]`: print a running agent's status.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -67,7 +67,7 @@ pub async fn start(config: &Config) -> anyhow::Result<sluice_agent::Running> {
     Ok(running)
 }
 
-fn status(path: &PathBuf, metrics: bool) -> anyhow::Result<()> {
+fn status(path: &Path, metrics: bool) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     let a = config
         .agent

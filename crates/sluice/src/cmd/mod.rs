@@ -1,6 +1,7 @@
 //! Subcommands of the `sluice` binary.
 
 pub mod agent;
+pub mod bench;
 pub mod gateway;
 pub mod plan;
 pub mod tenant;
