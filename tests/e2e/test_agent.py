@@ -145,9 +145,15 @@ def test_shared_tier_outage_fills_the_local_quota_then_drains(tmp_path, tier):
     try:
         node = agent.client(ALICE)
         node.create_bucket(Bucket="ckpt")
-        bodies = {}
+        bodies = {"obj-0": os.urandom(MiB)}
+        node.put_object(Bucket="ckpt", Key="obj-0", Body=bodies["obj-0"])
+        # The drain has tried and failed (an observable condition) before the buffer fills.
+        deadline = time.monotonic() + 30
+        while agent.tenant_status("alice")["last_error"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
         refused = None
-        for i in range(20):
+        for i in range(1, 20):
             body = os.urandom(MiB)
             try:
                 node.put_object(Bucket="ckpt", Key=f"obj-{i}", Body=body)

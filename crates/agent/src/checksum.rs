@@ -57,10 +57,22 @@ impl Crc {
         }
     }
 
+    /// The checksum of chunks laid end to end (one streaming pass, no combining).
+    pub fn of_chunks<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let mut digest = crc_fast::Digest::new(ALGO);
+        let mut len = 0u64;
+        for c in chunks {
+            digest.update(c);
+            len += c.len() as u64;
+        }
+        Self {
+            crc: digest.finalize(),
+            len,
+        }
+    }
+
     pub fn of_payload(payload: &PutPayload) -> Self {
-        payload
-            .iter()
-            .fold(Self::default(), |acc, chunk| acc.then(Self::of(chunk)))
+        Self::of_chunks(payload.iter().map(|b| &b[..]))
     }
 
     pub fn hex(&self) -> String {
@@ -218,12 +230,17 @@ impl ObjectStore for ChecksumStore {
                 .get_opts(from, GetOptions::default())
                 .await?
                 .into_stream();
-            let mut crc = Crc::default();
+            let mut digest = crc_fast::Digest::new(ALGO);
+            let mut len = 0u64;
             while let Some(chunk) = stream.next().await {
                 let chunk: Bytes = chunk?;
-                crc = crc.then(Crc::of(&chunk));
+                digest.update(&chunk);
+                len += chunk.len() as u64;
             }
-            crc
+            Crc {
+                crc: digest.finalize(),
+                len,
+            }
         };
         self.inner.copy_opts(from, to, options).await?;
         self.sums.put(to, crc);
@@ -241,6 +258,10 @@ mod tests {
         let b = b"world".repeat(777);
         let whole = [a.as_slice(), b.as_slice()].concat();
         assert_eq!(Crc::of(&a).then(Crc::of(&b)), Crc::of(&whole));
+        assert_eq!(
+            Crc::of_chunks([a.as_slice(), b.as_slice()]),
+            Crc::of(&whole)
+        );
         assert_eq!(Crc::default().then(Crc::of(&b)), Crc::of(&b));
         assert_eq!(Crc::of(&a).then(Crc::default()), Crc::of(&a));
     }

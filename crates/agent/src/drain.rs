@@ -476,11 +476,10 @@ impl Drain {
         match chunks {
             Ok(chunks) => {
                 let mut md5 = Md5::new();
-                let mut crc = Crc::default();
                 for c in &chunks {
                     md5.update(c);
-                    crc = crc.then(Crc::of(c));
                 }
+                let crc = Crc::of_chunks(chunks.iter().map(|c| &c[..]));
                 Ok(Some((chunks, crc, md5.finalize().into())))
             }
             Err(e) => {

@@ -243,10 +243,12 @@ impl NodeS3 {
         self.blocking(move |j| j.pending_delete(&t, &b, &k)).await
     }
 
+    /// GET (or, with `head`, HEAD) from upstream, as a GetObject answer.
     async fn get_upstream(
         &self,
         tenant: &str,
         input: &dto::GetObjectInput,
+        head: bool,
     ) -> S3Result<dto::GetObjectOutput> {
         if self.deleted_here(tenant, &input.bucket, &input.key).await? {
             return Err(s3_error!(NoSuchKey));
@@ -261,6 +263,7 @@ impl NodeS3 {
         });
         let options = GetOptions {
             range: range.clone(),
+            head,
             ..GetOptions::default()
         };
         let got = match self
@@ -279,9 +282,10 @@ impl NodeS3 {
         let meta = got.meta.clone();
         let r = got.range.clone();
         let attrs = got.attributes.clone();
-        let body = SyncStream(std::sync::Mutex::new(got.into_stream()));
+        let body = (!head)
+            .then(|| StreamingBlob::wrap(SyncStream(std::sync::Mutex::new(got.into_stream()))));
         let mut out = dto::GetObjectOutput {
-            body: Some(StreamingBlob::wrap(body)),
+            body,
             content_length: i64::try_from(r.end - r.start).ok(),
             content_range: range.map(|_| {
                 format!(
@@ -616,9 +620,9 @@ impl S3 for NodeS3 {
         let tenant = caller(&req)?;
         let input = req.input.clone();
         match self.front.get_object(req).await {
-            Err(e) if is(&e, &S3ErrorCode::NoSuchKey) || is(&e, &S3ErrorCode::NoSuchBucket) => {
-                Ok(S3Response::new(self.get_upstream(&tenant, &input).await?))
-            }
+            Err(e) if is(&e, &S3ErrorCode::NoSuchKey) || is(&e, &S3ErrorCode::NoSuchBucket) => Ok(
+                S3Response::new(self.get_upstream(&tenant, &input, false).await?),
+            ),
             other => other,
         }
     }
@@ -636,7 +640,7 @@ impl S3 for NodeS3 {
                     key: input.key.clone(),
                     ..Default::default()
                 };
-                let got = self.get_upstream(&tenant, &get).await?;
+                let got = self.get_upstream(&tenant, &get, true).await?;
                 Ok(S3Response::new(dto::HeadObjectOutput {
                     content_length: got.content_length,
                     accept_ranges: got.accept_ranges,

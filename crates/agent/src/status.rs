@@ -81,13 +81,7 @@ pub fn snapshot(drain: &Arc<Drain>, journal: &Journal) -> Result<Status, sluice_
             let t = all.get(&id)?;
             let measured = t.measured_rate(now);
             let target = t.target_rate.is_finite().then_some(t.target_rate);
-            let eta_rate = target.map_or(measured, |r| {
-                if measured > 0.0 {
-                    r.min(measured.max(r))
-                } else {
-                    r
-                }
-            });
+            let eta_rate = target.unwrap_or(measured);
             Some(TenantStatus {
                 tenant: id.clone(),
                 local_bytes: local.map_or(0, |u| u.0),
