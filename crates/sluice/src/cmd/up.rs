@@ -46,6 +46,9 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             println!("  region:                {}", g.region);
             println!("  data:                  {}", g.data_dir.display());
         }
+        if let Some(a) = &config.agent {
+            println!("  agent data:            {}", a.data_dir.display());
+        }
         println!("  addressing:            path-style");
         println!();
         for t in &config.tenants {
