@@ -5,8 +5,9 @@
 //! for `--rounds` rounds: N concurrent files of SIZE written and fsynced directly (threads,
 //! 1 MiB writes, `fsync` per file), then N concurrent PUTs of SIZE to the agent (one S3 client,
 //! unsigned payload) until every one is acknowledged. The agent's drain runs meanwhile at
-//! `--drain-rate`, as it would on a node. Prints the configuration, each measurement, the
-//! medians and the ratio agent / direct.
+//! `--drain-rate`, as it would on a node. Prints the configuration, each measurement with the
+//! CPU time it cost this process (the S3 client runs in-process too), the medians and the
+//! ratio agent / direct.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -100,6 +101,24 @@ fn direct(dir: &Path, objects: usize, body: &Arc<Vec<Bytes>>) -> anyhow::Result<
     Ok(start.elapsed())
 }
 
+/// CPU seconds (user + system) this process has used so far (Linux `/proc/self/stat`, in
+/// clock ticks of 1/100 s); `None` elsewhere.
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) / 100.0)
+}
+
+fn cpu_since(start: Option<f64>) -> f64 {
+    match (start, cpu_seconds()) {
+        (Some(a), Some(b)) => b - a,
+        _ => f64::NAN,
+    }
+}
+
 fn median(v: &mut [Duration]) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -187,6 +206,7 @@ fn agent(args: &AgentArgs) -> anyhow::Result<()> {
         let mut directs = Vec::new();
         let mut agents = Vec::new();
         for round in 0..args.rounds {
+            let cpu = cpu_seconds();
             let d = {
                 let dir = dir.join(format!("direct-{round}"));
                 let body = Arc::clone(&body);
@@ -194,14 +214,16 @@ fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                 tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??
             };
             println!(
-                "round {round}: direct write+fsync {:>8.3} s  ({:.0} MiB/s)",
+                "round {round}: direct write+fsync {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB)",
                 d.as_secs_f64(),
-                total as f64 / d.as_secs_f64() / 1_048_576.0
+                total as f64 / d.as_secs_f64() / 1_048_576.0,
+                cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
             );
             directs.push(d);
             let bucket = format!("burst-{round}");
             create_bucket(&endpoint, &bucket).await?;
             let store = Arc::new(client(&bucket)?);
+            let cpu = cpu_seconds();
             let start = Instant::now();
             let mut puts = tokio::task::JoinSet::new();
             for i in 0..args.objects {
@@ -218,9 +240,10 @@ fn agent(args: &AgentArgs) -> anyhow::Result<()> {
             }
             let a = start.elapsed();
             println!(
-                "round {round}: through the agent    {:>8.3} s  ({:.0} MiB/s)",
+                "round {round}: through the agent    {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB incl. client and drain)",
                 a.as_secs_f64(),
-                total as f64 / a.as_secs_f64() / 1_048_576.0
+                total as f64 / a.as_secs_f64() / 1_048_576.0,
+                cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
             );
             agents.push(a);
         }
