@@ -17,8 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::keys;
 use crate::{
-    Ledger, MetaError, ObjectRecord, PartRecord, Reservation, Result, Segment, UploadRecord,
+    Change, CommitHook, Ledger, MetaError, ObjectRecord, PartRecord, Reservation, Result, Segment,
+    UploadRecord,
 };
+use std::sync::Arc;
 
 const BUCKETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("buckets");
 const OBJECTS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("objects");
@@ -95,6 +97,7 @@ pub struct Catalog {
     db: Database,
     ledger: Ledger,
     group: GroupCommit,
+    hook: Option<Arc<dyn CommitHook>>,
 }
 
 /// Group commit: transactions commit in memory (`Durability::None`) and then wait until one
@@ -134,6 +137,7 @@ impl Catalog {
             db,
             ledger: Ledger::default(),
             group: GroupCommit::default(),
+            hook: None,
         };
         let report = catalog.recompute_usage()?;
         Ok((catalog, report))
@@ -205,6 +209,56 @@ impl Catalog {
             .map_err(|e| MetaError::Corrupt(e.to_string()))?;
         txn.commit()?;
         Ok(())
+    }
+
+    /// Installs `hook`, called inside every mutation's write transaction (see [`CommitHook`]).
+    #[must_use]
+    pub fn with_hook(mut self, hook: Arc<dyn CommitHook>) -> Self {
+        self.hook = Some(hook);
+        self
+    }
+
+    /// The redb database, for a hook's owner that keeps its own tables in the same file.
+    pub fn database(&self) -> &Database {
+        &self.db
+    }
+
+    fn notify(&self, txn: &redb::WriteTransaction, change: &Change<'_>) -> Result<()> {
+        match &self.hook {
+            Some(h) => h.on_commit(txn, change),
+            None => Ok(()),
+        }
+    }
+
+    /// Removes the object at `key` only if it is still exactly `expected`, without telling
+    /// the hook: the node agent evicts its local copy of an object that is durable elsewhere,
+    /// which is not a delete clients asked for. Returns whether it was removed.
+    pub fn evict_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        expected: &ObjectRecord,
+    ) -> Result<bool> {
+        let txn = self.begin()?;
+        {
+            let mut t = txn.open_table(OBJECTS)?;
+            let k = keys::entry(tenant, bucket, key);
+            let current = t
+                .get(k.as_slice())?
+                .map(|v| decode::<ObjectRecord>(v.value()))
+                .transpose()?;
+            if current.as_ref() != Some(expected) {
+                drop(t);
+                txn.abort()?;
+                return Ok(false);
+            }
+            t.remove(k.as_slice())?;
+            add_usage(&txn, tenant, 0, expected.size)?;
+        }
+        self.finish(txn)?;
+        self.ledger.free(tenant, expected.size);
+        Ok(true)
     }
 
     fn recompute_usage(&self) -> Result<ReconcileReport> {
@@ -300,6 +354,7 @@ impl Catalog {
                 k.as_slice(),
                 encode(&BucketRecord { created_ms: now_ms }).as_slice(),
             )?;
+            self.notify(&txn, &Change::BucketCreated { tenant, bucket })?;
         }
         self.finish(txn)?;
         Ok(())
@@ -340,6 +395,7 @@ impl Catalog {
             }
             buckets.remove(k.as_slice())?;
             add_usage(&txn, tenant, 0, freed)?;
+            self.notify(&txn, &Change::BucketDeleted { tenant, bucket })?;
         }
         self.finish(txn)?;
         self.ledger.free(tenant, freed);
@@ -414,6 +470,16 @@ impl Catalog {
                 .map(|v| decode::<ObjectRecord>(v.value()))
                 .transpose()?;
             add_usage(&txn, tenant, rec.size, old.as_ref().map_or(0, |o| o.size))?;
+            self.notify(
+                &txn,
+                &Change::Put {
+                    tenant,
+                    bucket,
+                    key,
+                    object: rec,
+                    replaced: old.as_ref(),
+                },
+            )?;
             old
         };
         self.finish(txn)?;
@@ -439,9 +505,18 @@ impl Catalog {
             if let Some(o) = &old {
                 add_usage(&txn, tenant, 0, o.size)?;
             }
+            self.notify(
+                &txn,
+                &Change::Delete {
+                    tenant,
+                    bucket,
+                    key,
+                    old: old.as_ref(),
+                },
+            )?;
             old
         };
-        if old.is_none() {
+        if old.is_none() && self.hook.is_none() {
             txn.abort()?;
             return Ok(None);
         }
@@ -642,6 +717,16 @@ impl Catalog {
                 .transpose()?;
             let freed = unused_bytes + replaced.as_ref().map_or(0, |o| o.size);
             add_usage(&txn, tenant, 0, freed)?;
+            self.notify(
+                &txn,
+                &Change::Put {
+                    tenant,
+                    bucket,
+                    key,
+                    object: &object,
+                    replaced: replaced.as_ref(),
+                },
+            )?;
             (
                 object,
                 replaced,

@@ -29,13 +29,16 @@
 //! blocking thread.
 
 mod catalog;
+mod hook;
 mod keys;
 mod ledger;
 mod record;
 
 pub use catalog::{Catalog, Entry, ListPage, ListQuery, PartSpec, ReconcileReport};
+pub use hook::{Change, CommitHook};
 pub use ledger::{Ledger, Reservation};
 pub use record::{ObjectRecord, PartRecord, Segment, UploadRecord};
+pub use redb;
 
 /// Why a metadata operation failed.
 #[derive(Debug, thiserror::Error)]

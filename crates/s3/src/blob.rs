@@ -74,6 +74,16 @@ pub struct Pacer {
 }
 
 impl Pacer {
+    /// A pacer that admits everything at once and records into throwaway metrics (internal
+    /// readers such as the node agent's drain).
+    pub fn unthrottled(tenant: &str) -> Self {
+        Self {
+            tenant: Arc::from(tenant),
+            throttle: None,
+            metrics: Arc::default(),
+        }
+    }
+
     /// Admits bytes the backend copies on its own (server-side copy).
     pub async fn admit_copy(&self, bytes: u64) {
         if let Some(t) = &self.throttle {

@@ -27,7 +27,13 @@ use s3s::service::{S3Service, S3ServiceBuilder};
 
 /// The HTTP service: signature verification, tenant access checks, then `front`.
 pub fn service(front: Front, tenants: &Arc<Tenants>) -> S3Service {
-    let mut b = S3ServiceBuilder::new(front);
+    service_with(front, tenants)
+}
+
+/// The same service around any [`s3s::S3`] implementation, e.g. the node agent's decorator
+/// of [`Front`]: the same signature check, access rules and limits.
+pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> S3Service {
+    let mut b = S3ServiceBuilder::new(s3);
     b.set_auth(TenantAuth(Arc::clone(tenants)));
     b.set_access(TenantAccess(Arc::clone(tenants)));
     let mut config = S3Config::default();

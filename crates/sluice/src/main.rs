@@ -18,10 +18,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Start a single-node deployment (gateway on the local filesystem) from the example config.
+    /// Start a single-node deployment (gateway and node agent) from the example config.
     Up(cmd::up::Args),
     /// Serve the shared-tier S3 gateway.
     Gateway(cmd::gateway::Args),
+    /// Serve the node agent (local burst buffer draining to the gateway), or show its status.
+    Agent(cmd::agent::Args),
     /// Tenant administration.
     #[command(subcommand)]
     Tenant(cmd::tenant::Command),
@@ -46,6 +48,7 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Up(args) => cmd::up::run(&args),
         Command::Gateway(args) => cmd::gateway::run(&args),
+        Command::Agent(args) => cmd::agent::run(&args),
         Command::Tenant(cmd) => cmd::tenant::run(&cmd),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),

@@ -255,3 +255,64 @@ fn delete_bucket_refuses_objects_and_aborts_uploads() {
         Err(MetaError::NoSuchBucket)
     ));
 }
+
+/// Records every change it hears about; refuses puts of the key "refuse".
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<String>>);
+
+impl CommitHook for Recorder {
+    fn on_commit(&self, _txn: &redb::WriteTransaction, change: &Change<'_>) -> Result<()> {
+        let line = match change {
+            Change::Put { key, replaced, .. } => {
+                if *key == "refuse" {
+                    return Err(MetaError::Corrupt("refused by the hook".into()));
+                }
+                format!("put {key} replaced={}", replaced.is_some())
+            }
+            Change::Delete { key, old, .. } => format!("delete {key} existed={}", old.is_some()),
+            Change::BucketCreated { bucket, .. } => format!("create {bucket}"),
+            Change::BucketDeleted { bucket, .. } => format!("drop {bucket}"),
+        };
+        self.0.lock().expect("lock").push(line);
+        Ok(())
+    }
+}
+
+#[test]
+fn a_hook_sees_every_visible_change_and_its_error_aborts_the_change() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hook = std::sync::Arc::new(Recorder::default());
+    let (c, _) = Catalog::open(&dir.path().join("meta.redb")).expect("open");
+    let c = c.with_hook(hook.clone());
+    c.ledger().set_quota("a", 1 << 30);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put(&c, "a", "k", 10);
+    put(&c, "a", "k", 20);
+    c.delete_object("a", "bkt", "k").expect("delete");
+    c.delete_object("a", "bkt", "never")
+        .expect("delete of nothing");
+    let r = c.ledger().reserve("a", 5).expect("reserve");
+    assert!(c.put_object("a", "bkt", "refuse", &obj(5, "x"), r).is_err());
+    assert!(c.get_object("a", "bkt", "refuse").expect("get").is_none());
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(0));
+    // Eviction is not a client's delete: the hook does not hear of it.
+    put(&c, "a", "e", 7);
+    let rec = c
+        .get_object("a", "bkt", "e")
+        .expect("get")
+        .expect("present");
+    assert!(c.evict_object("a", "bkt", "e", &rec).expect("evict"));
+    assert!(!c.evict_object("a", "bkt", "e", &rec).expect("gone"));
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(0));
+    assert_eq!(
+        *hook.0.lock().expect("lock"),
+        vec![
+            "create bkt",
+            "put k replaced=false",
+            "put k replaced=true",
+            "delete k existed=true",
+            "delete never existed=false",
+            "put e replaced=false",
+        ]
+    );
+}

@@ -12,6 +12,8 @@ pub enum Command {
     /// A victim's training reads against a neighbour's checkpoint bursts, per isolation layer.
     #[command(name = "noisy-neighbor")]
     NoisyNeighbor(NoisyArgs),
+    /// Time to acknowledge a burst through the agent vs. writing+fsyncing it directly.
+    Agent(super::bench_agent::AgentArgs),
 }
 
 #[derive(clap::Args)]
@@ -52,6 +54,7 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
     match cmd {
         Command::Gateway(args) => run_gateway(args),
         Command::NoisyNeighbor(args) => run_noisy(args),
+        Command::Agent(args) => super::bench_agent::agent(args),
     }
 }
 

@@ -1,6 +1,8 @@
 //! Subcommands of the `sluice` binary.
 
+pub mod agent;
 pub mod bench;
+pub mod bench_agent;
 pub mod gateway;
 pub mod plan;
 pub mod tenant;
@@ -11,6 +13,16 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?)
+}
+
+/// Returns on SIGINT or SIGTERM.
+pub async fn wait_for_signal() -> anyhow::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r?,
+        _ = term.recv() => {}
+    }
+    Ok(())
 }
 
 /// Serves until SIGINT or SIGTERM, then shuts down gracefully. SIGHUP reloads tenant

@@ -21,13 +21,33 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     };
     super::runtime()?.block_on(async {
         let running = super::gateway::start(&config).await?;
-        let endpoint = format!("http://{}", running.addr);
+        let gateway_endpoint = format!("http://{}", running.addr);
+        let agent = match &config.agent {
+            Some(_) => Some(super::agent::start(&config).await?),
+            None => None,
+        };
+        // Trainers on this node talk to the agent; the gateway is the shared tier behind it.
+        let endpoint = agent
+            .as_ref()
+            .map_or_else(|| gateway_endpoint.clone(), |a| format!("http://{}", a.addr));
         println!("sluice is up.");
         println!();
-        println!("  S3 endpoint (gateway): {endpoint}");
+        if let Some(a) = &agent {
+            println!("  S3 endpoint (node agent, for trainers): {endpoint}");
+            println!("  S3 endpoint (gateway, shared tier):     {gateway_endpoint}");
+            println!("  agent status:          {endpoint}/_sluice/status  (or: sluice agent status --config FILE)");
+            if let Some(s) = a.status_addr {
+                println!("  agent status listener: http://{s}/status");
+            }
+        } else {
+            println!("  S3 endpoint (gateway): {endpoint}");
+        }
         if let Some(g) = &config.gateway {
             println!("  region:                {}", g.region);
             println!("  data:                  {}", g.data_dir.display());
+        }
+        if let Some(a) = &config.agent {
+            println!("  agent data:            {}", a.data_dir.display());
         }
         println!("  addressing:            path-style");
         println!();
@@ -43,6 +63,17 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             );
         }
         println!("Ctrl-C stops it.");
-        super::until_signal(running, args.config.as_deref()).await
+        match agent {
+            None => super::until_signal(running, args.config.as_deref()).await,
+            Some(agent) => {
+                super::wait_for_signal().await?;
+                tracing::info!("shutting down");
+                // The agent first (its drain talks to the gateway), then the gateway.
+                agent.shutdown().await;
+                let _ = running.stopper().send(true);
+                running.wait().await;
+                Ok(())
+            }
+        }
     })
 }

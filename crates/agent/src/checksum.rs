@@ -1,0 +1,268 @@
+//! Whole-body checksums computed on the way in, by a decorator around the local blob store.
+//!
+//! Every byte the S3 front end writes to the node's disk passes through [`ChecksumStore`],
+//! which computes a CRC-64/NVME of each blob as it is written (part by part, in order) and
+//! remembers it until the catalog commit that makes the blob part of an object takes it
+//! ([`Checksums::lookup`]); the journal then stores the object's whole-body checksum, combined
+//! from its segments. The drain recomputes the checksum from the bytes it reads back and
+//! refuses to upload on a mismatch: a local corruption is an error, never silent.
+//!
+//! CRC-64/NVME is combinable: `crc(a ‖ b)` follows from `crc(a)`, `crc(b)` and `len(b)`, so
+//! a multipart object's checksum is the combination of its parts' and an upload resumed after
+//! a crash verifies the whole body without re-reading the parts already sent.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
+};
+
+const ALGO: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc64Nvme;
+
+/// A CRC-64/NVME with the length it covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+pub struct Crc {
+    pub crc: u64,
+    pub len: u64,
+}
+
+impl Crc {
+    pub fn of(bytes: &[u8]) -> Self {
+        Self {
+            crc: crc_fast::checksum(ALGO, bytes),
+            len: bytes.len() as u64,
+        }
+    }
+
+    /// The checksum of `self`'s bytes followed by `next`'s.
+    #[must_use]
+    pub fn then(self, next: Self) -> Self {
+        if self.len == 0 {
+            return next;
+        }
+        if next.len == 0 {
+            return self;
+        }
+        Self {
+            crc: crc_fast::checksum_combine(ALGO, self.crc, next.crc, next.len),
+            len: self.len + next.len,
+        }
+    }
+
+    /// The checksum of chunks laid end to end (one streaming pass, no combining).
+    pub fn of_chunks<'a>(chunks: impl IntoIterator<Item = &'a [u8]>) -> Self {
+        let mut digest = crc_fast::Digest::new(ALGO);
+        let mut len = 0u64;
+        for c in chunks {
+            digest.update(c);
+            len += c.len() as u64;
+        }
+        Self {
+            crc: digest.finalize(),
+            len,
+        }
+    }
+
+    pub fn of_payload(payload: &PutPayload) -> Self {
+        Self::of_chunks(payload.iter().map(|b| &b[..]))
+    }
+
+    pub fn hex(&self) -> String {
+        format!("{:016x}", self.crc)
+    }
+}
+
+/// Checksums of blobs written but not yet taken by a catalog commit, by backend path.
+#[derive(Debug, Default)]
+pub struct Checksums(Mutex<HashMap<String, Crc>>);
+
+impl Checksums {
+    fn put(&self, path: &Path, crc: Crc) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(path.to_string(), crc);
+    }
+
+    fn get(&self, path: &Path) -> Option<Crc> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path.as_ref())
+            .copied()
+    }
+
+    fn forget(&self, path: &Path) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(path.as_ref());
+    }
+
+    /// The checksum of the blob at backend path `path`, if it was written by this process.
+    pub fn lookup(&self, path: &str) -> Option<Crc> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(path)
+            .copied()
+    }
+}
+
+/// The checksumming decorator: forwards every call to `inner`, recording what it writes.
+#[derive(Debug)]
+pub struct ChecksumStore {
+    inner: Arc<dyn ObjectStore>,
+    sums: Arc<Checksums>,
+}
+
+impl ChecksumStore {
+    pub fn new(inner: Arc<dyn ObjectStore>, sums: Arc<Checksums>) -> Self {
+        Self { inner, sums }
+    }
+}
+
+impl fmt::Display for ChecksumStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChecksumStore({})", self.inner)
+    }
+}
+
+#[derive(Debug)]
+struct ChecksumUpload {
+    inner: Box<dyn MultipartUpload>,
+    path: Path,
+    sums: Arc<Checksums>,
+    crc: Crc,
+}
+
+#[async_trait]
+impl MultipartUpload for ChecksumUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        // Parts are handed over in body order (they may complete in any order).
+        self.crc = self.crc.then(Crc::of_payload(&data));
+        self.inner.put_part(data)
+    }
+
+    async fn complete(&mut self) -> Result<PutResult> {
+        let r = self.inner.complete().await?;
+        self.sums.put(&self.path, self.crc);
+        Ok(r)
+    }
+
+    async fn abort(&mut self) -> Result<()> {
+        self.inner.abort().await
+    }
+}
+
+#[async_trait]
+impl ObjectStore for ChecksumStore {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        let crc = Crc::of_payload(&payload);
+        let r = self.inner.put_opts(location, payload, opts).await?;
+        self.sums.put(location, crc);
+        Ok(r)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        let inner = self.inner.put_multipart_opts(location, opts).await?;
+        Ok(Box::new(ChecksumUpload {
+            inner,
+            path: location.clone(),
+            sums: Arc::clone(&self.sums),
+            crc: Crc::default(),
+        }))
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        let sums = Arc::clone(&self.sums);
+        let locations = locations.inspect_ok(move |p| sums.forget(p)).boxed();
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        let crc = if let Some(c) = self.sums.get(from) {
+            c
+        } else {
+            // A blob written before a restart: read it back once.
+            let mut stream = self
+                .inner
+                .get_opts(from, GetOptions::default())
+                .await?
+                .into_stream();
+            let mut digest = crc_fast::Digest::new(ALGO);
+            let mut len = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk: Bytes = chunk?;
+                digest.update(&chunk);
+                len += chunk.len() as u64;
+            }
+            Crc {
+                crc: digest.finalize(),
+                len,
+            }
+        };
+        self.inner.copy_opts(from, to, options).await?;
+        self.sums.put(to, crc);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn combining_equals_checksumming_the_concatenation() {
+        let a = b"hello, ".repeat(1000);
+        let b = b"world".repeat(777);
+        let whole = [a.as_slice(), b.as_slice()].concat();
+        assert_eq!(Crc::of(&a).then(Crc::of(&b)), Crc::of(&whole));
+        assert_eq!(
+            Crc::of_chunks([a.as_slice(), b.as_slice()]),
+            Crc::of(&whole)
+        );
+        assert_eq!(Crc::default().then(Crc::of(&b)), Crc::of(&b));
+        assert_eq!(Crc::of(&a).then(Crc::default()), Crc::of(&a));
+    }
+}

@@ -1,0 +1,258 @@
+//! The sluice node agent: the GPU node's burst buffer in front of the shared tier.
+//!
+//! Trainers talk S3 to the agent on the node. It serves the gateway's own S3 front end
+//! ([`sluice_s3::Front`]) over a catalog and blob store on the node's disk, with each
+//! tenant's `local_capacity` as its hard local quota, so a write is acknowledged once its
+//! bytes are fsynced and the catalog transaction that makes it visible has committed — and
+//! that same transaction appends the write to the drain [`journal`]. The [`drain`] worker
+//! then carries the journal to the gateway (`upstream`) with the tenant's own keys, paced
+//! per tenant ([`pacer`]), commit markers after their checkpoint, verified by checksum and
+//! HEAD before anything is marked durable; local copies are evicted only once durable.
+//! [`node`] merges local and upstream for reads; [`status`] reports.
+//!
+//! Start-up order: open the catalog (usage recomputed), reconcile it with the local blobs
+//! (orphans of interrupted writes deleted, exactly as on the gateway), open the journal,
+//! bind, then start the drain. A kill -9 at any point is safe: see the journal's crash model.
+//!
+//! The agent owns no S3 semantics of its own beyond the read merge: every operation is the
+//! gateway's code.
+
+pub mod checksum;
+pub mod drain;
+pub mod journal;
+pub mod node;
+pub mod pacer;
+pub mod server;
+pub mod status;
+pub mod upstream;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use sluice_config::Config;
+use sluice_meta::Catalog;
+use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+
+use crate::checksum::{ChecksumStore, Checksums};
+use crate::drain::Drain;
+use crate::journal::{Journal, JournalHook};
+use crate::node::NodeS3;
+use crate::server::StatusRoutes;
+use crate::upstream::{Credentials, Upstream};
+
+/// Why the agent could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("the configuration has no [agent] section")]
+    NotConfigured,
+    #[error("data directory {path}: {source}")]
+    DataDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("catalog: {0}")]
+    Catalog(#[from] sluice_meta::MetaError),
+    #[error("local store: {0}")]
+    Store(#[from] object_store::Error),
+    #[error("reconciling with the local store: {0}")]
+    Reconcile(String),
+    #[error("upstream: {0}")]
+    Upstream(#[from] upstream::UpstreamError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// An opened (reconciled, not yet serving) agent.
+pub struct Agent {
+    node: NodeS3,
+    drain: Arc<Drain>,
+    tenants: Arc<Tenants>,
+    listen: String,
+    status_listen: Option<String>,
+    pub summary: sluice_gateway::ReconcileSummary,
+}
+
+/// An agent serving and draining in the background.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub status_addr: Option<SocketAddr>,
+    pub drain: Arc<Drain>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Agent {
+    pub async fn open(config: &Config) -> Result<Self, AgentError> {
+        let a = config.agent.as_ref().ok_or(AgentError::NotConfigured)?;
+        let objects = a.data_dir.join("objects");
+        std::fs::create_dir_all(&objects).map_err(|source| AgentError::DataDir {
+            path: objects.clone(),
+            source,
+        })?;
+        let sums = Arc::new(Checksums::default());
+        let wake = Arc::new(Notify::new());
+        let markers: BTreeMap<String, Vec<String>> = config
+            .tenants
+            .iter()
+            .map(|t| (t.id.clone(), t.local.commit_markers.clone()))
+            .collect();
+        let hook = Arc::new(JournalHook::new(
+            markers,
+            Arc::clone(&sums),
+            Arc::clone(&wake),
+        ));
+        let path = a.data_dir.join("meta.redb");
+        let (catalog, report) = tokio::task::spawn_blocking(move || Catalog::open(&path))
+            .await
+            .map_err(|e| AgentError::Reconcile(e.to_string()))??;
+        let catalog = catalog.with_hook(hook);
+        for t in &config.tenants {
+            catalog.ledger().set_quota(&t.id, t.local.local_capacity);
+        }
+        let local: Arc<dyn ObjectStore> = Arc::new(
+            LocalFileSystem::new_with_prefix(&objects)?
+                .with_fsync(true)
+                .with_automatic_cleanup(true),
+        );
+        let blobs = Arc::new(BlobStore::new(
+            Arc::new(ChecksumStore::new(local, sums)),
+            sluice_s3::blob::DEFAULT_GRAIN,
+            sluice_s3::blob::DEFAULT_GRAIN,
+        ));
+        let mut summary = sluice_gateway::reconcile(&catalog, &blobs, Some(&objects))
+            .await
+            .map_err(|e| AgentError::Reconcile(e.to_string()))?;
+        summary.usage_fixed = report.usage_fixed;
+        for (tenant, blob) in &summary.missing {
+            tracing::error!(
+                tenant,
+                blob,
+                "the node's disk has lost a blob the catalog references"
+            );
+        }
+        let catalog = Arc::new(catalog);
+        let journal = {
+            let c = Arc::clone(&catalog);
+            Arc::new(
+                tokio::task::spawn_blocking(move || Journal::open(c))
+                    .await
+                    .map_err(|e| AgentError::Reconcile(e.to_string()))??,
+            )
+        };
+        let creds: HashMap<String, Credentials> = config
+            .tenants
+            .iter()
+            .map(|t| {
+                (
+                    t.id.clone(),
+                    Credentials {
+                        access_key: t.access_key.clone(),
+                        secret_key: t.secret_key.clone(),
+                    },
+                )
+            })
+            .collect();
+        let upstream = Arc::new(Upstream::new(&a.upstream, creds)?);
+        let front = Front::new(
+            catalog,
+            Arc::clone(&blobs),
+            FrontConfig {
+                region: config
+                    .gateway
+                    .as_ref()
+                    .map_or_else(|| "us-east-1".to_owned(), |g| g.region.clone()),
+                max_object_size: config
+                    .gateway
+                    .as_ref()
+                    .map_or(5 << 40, |g| g.max_object_size),
+            },
+        );
+        let drain = Arc::new(Drain::new(
+            Arc::clone(&journal),
+            blobs,
+            Arc::clone(&upstream),
+            wake,
+            &config.tenants,
+        ));
+        let node = NodeS3::new(front, journal, upstream, Arc::clone(&drain));
+        let keys = config
+            .tenants
+            .iter()
+            .map(|t| TenantKey {
+                tenant: Arc::from(t.id.as_str()),
+                access_key: t.access_key.clone(),
+                secret_key: t.secret_key.clone(),
+            })
+            .collect();
+        Ok(Self {
+            node,
+            drain,
+            tenants: Arc::new(Tenants::new(keys)),
+            listen: a.listen.clone(),
+            status_listen: a.status_listen.clone(),
+            summary,
+        })
+    }
+
+    /// Binds (port 0 picks a free one), serves, and starts draining.
+    pub async fn start(self) -> Result<Running, AgentError> {
+        let (listener, addr) = server::bind(&self.listen).await?;
+        let status = match &self.status_listen {
+            Some(s) => Some(server::bind(s).await?),
+            None => None,
+        };
+        let (tx, rx) = watch::channel(false);
+        let routes = StatusRoutes {
+            drain: Arc::clone(&self.drain),
+        };
+        let service = sluice_s3::service_with(self.node, &self.tenants);
+        let mut tasks = vec![tokio::spawn(server::serve(
+            listener,
+            Some(service),
+            routes.clone(),
+            rx.clone(),
+        ))];
+        let status_addr = status.as_ref().map(|(_, a)| *a);
+        if let Some((l, _)) = status {
+            tasks.push(tokio::spawn(server::serve(l, None, routes, rx.clone())));
+        }
+        tasks.push(tokio::spawn(Arc::clone(&self.drain).run(rx)));
+        Ok(Running {
+            addr,
+            status_addr,
+            drain: self.drain,
+            shutdown: tx,
+            tasks,
+        })
+    }
+}
+
+impl Running {
+    /// Stops serving and draining (requests in flight get a grace period).
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    /// Runs until shut down from elsewhere.
+    pub async fn wait(self) {
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+
+    pub fn stopper(&self) -> watch::Sender<bool> {
+        self.shutdown.clone()
+    }
+}

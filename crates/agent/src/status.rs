@@ -1,0 +1,234 @@
+//! What the agent reports: per tenant bytes on the node, bytes waiting to drain, drain rate,
+//! oldest pending age, ETA, the newest checkpoint durable upstream and the last error; as
+//! JSON (`GET /_sluice/status`) and as Prometheus text (`GET /_sluice/metrics`; base units,
+//! one `tenant` label).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::time::Instant;
+
+use crate::drain::{Drain, ErrorInfo, pending_bytes};
+use crate::journal::{Journal, OpKind};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub upstream: String,
+    pub tenants: Vec<TenantStatus>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DurableUpTo {
+    pub bucket: String,
+    pub prefix: String,
+    pub marker: String,
+    pub durable_at_ms: i64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TenantStatus {
+    pub tenant: String,
+    /// Bytes of objects on this node (pending or retained), counted against the local quota.
+    pub local_bytes: u64,
+    /// `None`: no local quota configured.
+    pub local_capacity_bytes: Option<u64>,
+    /// Bytes not yet durable upstream.
+    pub pending_bytes: u64,
+    /// Journal entries not yet applied upstream (puts, deletes, bucket changes).
+    pub pending_ops: u64,
+    /// Measured over the last 10 s.
+    pub drain_rate_bytes_per_second: f64,
+    /// What the pacer allows now (`None`: unpaced).
+    pub target_rate_bytes_per_second: Option<f64>,
+    pub learned_interval_seconds: Option<f64>,
+    pub oldest_pending_age_seconds: Option<f64>,
+    pub eta_seconds: Option<f64>,
+    /// The newest checkpoint whose commit marker is durable upstream.
+    pub durable_up_to: Option<DurableUpTo>,
+    pub drained_bytes_total: u64,
+    pub drained_objects_total: u64,
+    pub drain_errors_total: u64,
+    pub evicted_bytes_total: u64,
+    pub last_error: Option<ErrorInfo>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A status snapshot (blocking journal reads: call from a blocking thread).
+pub fn snapshot(drain: &Arc<Drain>, journal: &Journal) -> Result<Status, sluice_meta::MetaError> {
+    let ops = journal.pending()?;
+    let wall = now_ms();
+    let now = Instant::now();
+    let mut ids: Vec<String> = drain.with_tenants(|t| t.keys().cloned().collect());
+    ids.sort();
+    let mut tenants = Vec::with_capacity(ids.len());
+    for id in ids {
+        let mine: Vec<_> = ops.iter().filter(|o| o.tenant == id).collect();
+        let pending: u64 = mine.iter().map(|o| pending_bytes(o)).sum();
+        let oldest = mine
+            .iter()
+            .filter(|o| matches!(o.kind, OpKind::Put { .. } | OpKind::Delete))
+            .map(|o| o.enqueued_ms)
+            .min();
+        let markers = journal.markers(&id)?;
+        let local = journal.catalog().ledger().usage(&id);
+        let row = drain.with_tenants(|all| {
+            let t = all.get(&id)?;
+            let measured = t.measured_rate(now);
+            let target = t.target_rate.is_finite().then_some(t.target_rate);
+            let eta_rate = target.unwrap_or(measured);
+            Some(TenantStatus {
+                tenant: id.clone(),
+                local_bytes: local.map_or(0, |u| u.0),
+                local_capacity_bytes: local.map(|u| u.2).filter(|&q| q != u64::MAX),
+                pending_bytes: pending,
+                pending_ops: mine.len() as u64,
+                drain_rate_bytes_per_second: measured,
+                target_rate_bytes_per_second: target,
+                learned_interval_seconds: t.learned_interval().map(|d| d.as_secs_f64()),
+                oldest_pending_age_seconds: oldest
+                    .map(|o| u64::try_from(wall - o).unwrap_or(0) as f64 / 1000.0),
+                eta_seconds: if pending == 0 {
+                    Some(0.0)
+                } else if eta_rate > 0.0 {
+                    Some(pending as f64 / eta_rate)
+                } else {
+                    None
+                },
+                durable_up_to: markers.last().map(|m| DurableUpTo {
+                    bucket: m.bucket.clone(),
+                    prefix: m.prefix.clone(),
+                    marker: m.key.clone(),
+                    durable_at_ms: m.durable_ms,
+                }),
+                drained_bytes_total: t.drained_bytes_total,
+                drained_objects_total: t.drained_objects_total,
+                drain_errors_total: t.errors_total,
+                evicted_bytes_total: t.evicted_bytes_total,
+                last_error: t.last_error.clone(),
+            })
+        });
+        if let Some(r) = row {
+            tenants.push(r);
+        }
+    }
+    Ok(Status {
+        upstream: drain.upstream.endpoint().to_owned(),
+        tenants,
+    })
+}
+
+/// The status as Prometheus text exposition.
+pub fn prometheus(s: &Status) -> String {
+    let mut out = String::new();
+    let mut family =
+        |name: &str, kind: &str, help: &str, value: &dyn Fn(&TenantStatus) -> Option<f64>| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for t in &s.tenants {
+                if let Some(v) = value(t) {
+                    let _ = writeln!(out, "{name}{{tenant=\"{}\"}} {v}", t.tenant);
+                }
+            }
+        };
+    family(
+        "sluice_agent_local_bytes",
+        "gauge",
+        "Bytes of objects held on this node.",
+        &|t| Some(t.local_bytes as f64),
+    );
+    family(
+        "sluice_agent_local_capacity_bytes",
+        "gauge",
+        "The tenant's local quota.",
+        &|t| t.local_capacity_bytes.map(|v| v as f64),
+    );
+    family(
+        "sluice_agent_pending_bytes",
+        "gauge",
+        "Bytes not yet durable upstream.",
+        &|t| Some(t.pending_bytes as f64),
+    );
+    family(
+        "sluice_agent_pending_ops",
+        "gauge",
+        "Journal entries not yet applied upstream.",
+        &|t| Some(t.pending_ops as f64),
+    );
+    family(
+        "sluice_agent_drain_rate_bytes_per_second",
+        "gauge",
+        "Drain rate measured over the last 10 s.",
+        &|t| Some(t.drain_rate_bytes_per_second),
+    );
+    family(
+        "sluice_agent_drain_target_bytes_per_second",
+        "gauge",
+        "Rate the pacer allows now (absent: unpaced).",
+        &|t| t.target_rate_bytes_per_second,
+    );
+    family(
+        "sluice_agent_oldest_pending_age_seconds",
+        "gauge",
+        "Age of the oldest write not yet durable upstream.",
+        &|t| t.oldest_pending_age_seconds,
+    );
+    family(
+        "sluice_agent_drain_eta_seconds",
+        "gauge",
+        "Time to drain the backlog at the current rate.",
+        &|t| t.eta_seconds,
+    );
+    family(
+        "sluice_agent_durable_up_to_timestamp_seconds",
+        "gauge",
+        "When the newest checkpoint durable upstream became so.",
+        &|t| {
+            t.durable_up_to
+                .as_ref()
+                .map(|d| d.durable_at_ms as f64 / 1000.0)
+        },
+    );
+    family(
+        "sluice_agent_drained_bytes_total",
+        "counter",
+        "Bytes sent upstream.",
+        &|t| Some(t.drained_bytes_total as f64),
+    );
+    family(
+        "sluice_agent_drained_objects_total",
+        "counter",
+        "Journal entries applied upstream.",
+        &|t| Some(t.drained_objects_total as f64),
+    );
+    family(
+        "sluice_agent_drain_errors_total",
+        "counter",
+        "Failed upstream transfers (each retried).",
+        &|t| Some(t.drain_errors_total as f64),
+    );
+    family(
+        "sluice_agent_evicted_bytes_total",
+        "counter",
+        "Bytes of durable local copies evicted.",
+        &|t| Some(t.evicted_bytes_total as f64),
+    );
+    family(
+        "sluice_agent_upstream_refused",
+        "gauge",
+        "1 while the last drain error is a refusal (e.g. QuotaExceeded).",
+        &|t| {
+            Some(if t.last_error.as_ref().is_some_and(|e| e.permanent) {
+                1.0
+            } else {
+                0.0
+            })
+        },
+    );
+    out
+}

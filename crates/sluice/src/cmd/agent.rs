@@ -1,0 +1,134 @@
+//! `sluice agent --config FILE`: serve the node agent until SIGINT/SIGTERM.
+//! `sluice agent status --config FILE [--metrics]`: print a running agent's status.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use sluice_agent::Agent;
+use sluice_config::Config;
+
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct Args {
+    #[command(subcommand)]
+    pub command: Option<Sub>,
+    /// The configuration file (TOML) with an [agent] section and tenants.
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Sub {
+    /// Print the running agent's per-tenant status (JSON), or its Prometheus metrics.
+    Status {
+        #[arg(long, short)]
+        config: PathBuf,
+        /// Print the Prometheus text instead of JSON.
+        #[arg(long)]
+        metrics: bool,
+    },
+}
+
+pub fn run(args: &Args) -> anyhow::Result<()> {
+    match &args.command {
+        Some(Sub::Status { config, metrics }) => status(config, *metrics),
+        None => {
+            let Some(path) = &args.config else {
+                bail!("--config FILE is required");
+            };
+            let config = Config::load(path)?;
+            super::runtime()?.block_on(async {
+                let running = start(&config).await?;
+                let stop = running.stopper();
+                super::wait_for_signal().await?;
+                tracing::info!("shutting down");
+                let _ = stop.send(true);
+                running.wait().await;
+                Ok(())
+            })
+        }
+    }
+}
+
+/// Opens, reconciles and starts the agent, logging where it listens.
+pub async fn start(config: &Config) -> anyhow::Result<sluice_agent::Running> {
+    let agent = Agent::open(config).await.context("starting the agent")?;
+    let s = &agent.summary;
+    tracing::info!(
+        orphans_deleted = s.orphans_deleted,
+        staged_deleted = s.staged_deleted,
+        missing = s.missing.len(),
+        "reconciled with the node's disk"
+    );
+    let running = agent.start().await?;
+    tracing::info!(addr = %running.addr, status = ?running.status_addr, "agent listening");
+    Ok(running)
+}
+
+fn status(path: &Path, metrics: bool) -> anyhow::Result<()> {
+    let config = Config::load(path)?;
+    let a = config
+        .agent
+        .as_ref()
+        .context("the configuration has no [agent] section")?;
+    let (addr, route) = match &a.status_listen {
+        Some(s) => (s.clone(), if metrics { "/metrics" } else { "/status" }),
+        None => (
+            a.listen.clone(),
+            if metrics {
+                "/_sluice/metrics"
+            } else {
+                "/_sluice/status"
+            },
+        ),
+    };
+    let body = http_get(&addr, route).with_context(|| format!("asking the agent at {addr}"))?;
+    print!("{body}");
+    if !body.ends_with('\n') {
+        println!();
+    }
+    Ok(())
+}
+
+/// A minimal HTTP/1.1 GET (the status endpoint is plain HTTP on loopback).
+fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw)?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!("{}", head.lines().next().unwrap_or(""));
+    }
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return Ok(dechunk(body));
+    }
+    Ok(body.to_owned())
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || rest.len() < n {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = rest[n..].trim_start_matches("\r\n");
+    }
+    out
+}

@@ -1,0 +1,126 @@
+"""A sluice node agent process for the end-to-end suite, next to a gateway from harness.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import Tenant, free_port, s3_client, sluice_bin, wait_for_port
+
+
+@dataclass
+class LocalSpec:
+    """A tenant's node-local settings (all optional, as in the config file)."""
+
+    local_capacity: str | None = None
+    drain_rate: str | None = None
+    interval: str | None = None
+    limit: str | None = None
+    retention: str | int | None = None
+
+    def toml(self) -> str:
+        out = []
+        for k in ["local_capacity", "drain_rate", "interval", "limit"]:
+            v = getattr(self, k)
+            if v is not None:
+                out.append(f'{k} = "{v}"')
+        if self.retention is not None:
+            r = self.retention
+            out.append(f"retention = {r}" if isinstance(r, int) else f'retention = "{r}"')
+        return "\n".join(out)
+
+
+@dataclass
+class Agent:
+    workdir: Path
+    upstream: str
+    tenants: list[Tenant]
+    local: dict[str, LocalSpec] = field(default_factory=dict)
+    port: int = 0
+    proc: subprocess.Popen | None = None
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "agent.toml"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def write_config(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if not self.port:
+            self.port = free_port()
+        lines = [
+            "[agent]",
+            f'listen = "127.0.0.1:{self.port}"',
+            f'data_dir = "{self.workdir / "data"}"',
+            f'upstream = "{self.upstream}"',
+        ]
+        for t in self.tenants:
+            lines += [
+                "[[tenant]]",
+                f'id = "{t.id}"',
+                f'access_key = "{t.access_key}"',
+                f'secret_key = "{t.secret_key}"',
+                f'capacity = "{t.capacity}"',
+                self.local.get(t.id, LocalSpec()).toml(),
+            ]
+        self.config_path.write_text("\n".join(lines) + "\n")
+
+    def start(self) -> "Agent":
+        self.write_config()
+        log = open(self.workdir / "agent.log", "ab")
+        self.proc = subprocess.Popen(
+            [sluice_bin(), "agent", "--config", str(self.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info,s3s=warn")},
+        )
+        wait_for_port(self.port, self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill9(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def client(self, tenant: Tenant, **config):
+        return s3_client(self.endpoint, tenant.access_key, tenant.secret_key, **config)
+
+    def status(self) -> dict:
+        with urllib.request.urlopen(f"{self.endpoint}/_sluice/status", timeout=10) as r:
+            return json.loads(r.read())
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"{self.endpoint}/_sluice/metrics", timeout=10) as r:
+            return r.read().decode()
+
+    def tenant_status(self, tenant: str) -> dict:
+        return next(t for t in self.status()["tenants"] if t["tenant"] == tenant)
+
+    def wait_drained(self, tenant: str, timeout: float = 120.0) -> dict:
+        """Polls status until the tenant has nothing pending (an observable condition)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.tenant_status(tenant)
+            if s["pending_ops"] == 0:
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not drained within {timeout}s: {s}")
+            time.sleep(0.1)

@@ -1,0 +1,255 @@
+"""The node agent end to end: a gateway (the shared tier) and an agent (the node) as real
+processes, driven with boto3. Checkpoints reach the shared tier with their commit marker
+last, reads see both tiers, an outage fills the node and then drains, pacing holds its rate,
+and an upstream refusal is reported without losing data."""
+
+import hashlib
+import os
+import threading
+import time
+
+import pytest
+from botocore.exceptions import ClientError
+
+from agent_harness import Agent, LocalSpec
+from harness import DEFAULT_TENANTS, Backend, Gateway
+
+MiB = 1024 * 1024
+ALICE = DEFAULT_TENANTS[0]
+TINY = DEFAULT_TENANTS[2]
+
+
+def listing(client, bucket: str, prefix: str = "") -> dict[str, int]:
+    return {o["Key"]: o["Size"]
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+            for o in page.get("Contents", [])}
+
+
+@pytest.fixture
+def tier(tmp_path):
+    gw = Gateway(tmp_path / "gw", Backend("local")).start()
+    yield gw
+    gw.stop()
+
+
+def start_agent(tmp_path, gw, **local) -> Agent:
+    specs = {t: LocalSpec(**kw) for t, kw in local.items()}
+    return Agent(tmp_path / "agent", gw.endpoint, DEFAULT_TENANTS, specs).start()
+
+
+def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, tier):
+    # Paced so that the drain takes a few seconds and the poller sees it in progress.
+    agent = start_agent(tmp_path, tier, alice={"drain_rate": "24MiB/s"})
+    try:
+        node = agent.client(ALICE)
+        upstream = tier.client("alice")
+        node.create_bucket(Bucket="ckpt")
+        prefix = "run/step-100/"
+        shards = {f"{prefix}__{rank}_0.distcp": os.urandom(size)
+                  for rank, size in enumerate([6 * MiB] * 6 + [20 * MiB, 1, 0])}
+        violations: list[str] = []
+        seen_marker = threading.Event()
+        done = threading.Event()
+
+        def poll():
+            while not done.is_set():
+                up = listing(upstream, "ckpt", prefix) if upstream_bucket_exists() else {}
+                if f"{prefix}.metadata" in up:
+                    seen_marker.set()
+                    incomplete = [k for k, v in shards.items() if up.get(k) != len(v)]
+                    if incomplete:
+                        violations.append(f".metadata visible before {incomplete}")
+                time.sleep(0.02)
+
+        def upstream_bucket_exists() -> bool:
+            try:
+                upstream.head_bucket(Bucket="ckpt")
+                return True
+            except ClientError:
+                return False
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        # DCP's fsspec writer: shards, .metadata.tmp, then "rename" = CopyObject + DeleteObject.
+        for key, body in shards.items():
+            node.put_object(Bucket="ckpt", Key=key, Body=body)
+        node.put_object(Bucket="ckpt", Key=f"{prefix}.metadata.tmp", Body=b"pickled metadata")
+        node.copy_object(Bucket="ckpt", Key=f"{prefix}.metadata",
+                         CopySource={"Bucket": "ckpt", "Key": f"{prefix}.metadata.tmp"})
+        node.delete_object(Bucket="ckpt", Key=f"{prefix}.metadata.tmp")
+        acked = time.monotonic()
+        # Restore right after the checkpoint: served from the node (the drain is still going).
+        assert agent.tenant_status("alice")["pending_ops"] > 0
+        for key, body in shards.items():
+            assert node.get_object(Bucket="ckpt", Key=key)["Body"].read() == body
+        assert node.get_object(Bucket="ckpt", Key=f"{prefix}.metadata")["Body"].read() == b"pickled metadata"
+        status = agent.wait_drained("alice", timeout=60)
+        drained = time.monotonic() - acked
+        done.set()
+        poller.join()
+        assert violations == []
+        assert seen_marker.is_set()
+        up = listing(upstream, "ckpt")
+        assert f"{prefix}.metadata.tmp" not in up
+        assert set(up) == set(shards) | {f"{prefix}.metadata"}
+        for key, body in shards.items():
+            got = upstream.get_object(Bucket="ckpt", Key=key)["Body"].read()
+            assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest(), key
+        assert status["durable_up_to"]["marker"] == f"{prefix}.metadata"
+        assert status["drain_errors_total"] == 0
+        # ~62 MiB at 24 MiB/s: the drain was paced, not instantaneous.
+        assert drained > 1.5, drained
+    finally:
+        agent.stop()
+
+
+def test_reads_merge_the_node_and_the_shared_tier(tmp_path, tier):
+    upstream = tier.client("alice")
+    upstream.create_bucket(Bucket="data")
+    upstream.put_object(Bucket="data", Key="train/shard-0", Body=b"a" * 1000)
+    upstream.put_object(Bucket="data", Key="train/shard-1", Body=b"b" * 1000)
+    agent = start_agent(tmp_path, tier)
+    try:
+        node = agent.client(ALICE)
+        # A bucket made on the shared tier is usable through the node.
+        node.put_object(Bucket="data", Key="train/shard-1", Body=b"new")
+        node.put_object(Bucket="data", Key="train/shard-2", Body=b"c" * 10)
+        assert node.get_object(Bucket="data", Key="train/shard-0")["Body"].read() == b"a" * 1000
+        assert node.get_object(Bucket="data", Key="train/shard-0", Range="bytes=10-19")["Body"].read() == b"a" * 10
+        assert node.head_object(Bucket="data", Key="train/shard-0")["ContentLength"] == 1000
+        assert node.get_object(Bucket="data", Key="train/shard-1")["Body"].read() == b"new"
+        assert listing(node, "data") == {"train/shard-0": 1000, "train/shard-1": 3, "train/shard-2": 10}
+        page = node.list_objects_v2(Bucket="data", Delimiter="/")
+        assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["train/"]
+        page = node.list_objects_v2(Bucket="data", Prefix="train/", MaxKeys=2)
+        assert page["IsTruncated"] and len(page["Contents"]) == 2
+        rest = node.list_objects_v2(Bucket="data", Prefix="train/", ContinuationToken=page["NextContinuationToken"])
+        assert [o["Key"] for o in rest["Contents"]] == ["train/shard-2"]
+        node.delete_object(Bucket="data", Key="train/shard-0")
+        with pytest.raises(ClientError) as e:
+            node.get_object(Bucket="data", Key="train/shard-0")
+        assert e.value.response["Error"]["Code"] == "NoSuchKey"
+        assert "train/shard-0" not in listing(node, "data")
+        agent.wait_drained("alice", timeout=30)
+        assert listing(upstream, "data") == {"train/shard-1": 3, "train/shard-2": 10}
+        with pytest.raises(ClientError) as e:
+            node.get_object(Bucket="data", Key="missing")
+        assert e.value.response["Error"]["Code"] == "NoSuchKey"
+    finally:
+        agent.stop()
+
+
+def test_shared_tier_outage_fills_the_local_quota_then_drains(tmp_path, tier):
+    tier.stop()
+    agent = start_agent(tmp_path, tier, alice={"local_capacity": "8MiB"})
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="ckpt")
+        bodies = {"obj-0": os.urandom(MiB)}
+        node.put_object(Bucket="ckpt", Key="obj-0", Body=bodies["obj-0"])
+        # The drain has tried and failed (an observable condition) before the buffer fills.
+        deadline = time.monotonic() + 30
+        while agent.tenant_status("alice")["last_error"] is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        refused = None
+        for i in range(1, 20):
+            body = os.urandom(MiB)
+            try:
+                node.put_object(Bucket="ckpt", Key=f"obj-{i}", Body=body)
+                bodies[f"obj-{i}"] = body
+            except ClientError as e:
+                refused = e.response
+                break
+        assert len(bodies) == 8, len(bodies)
+        assert refused["Error"]["Code"] == "QuotaExceeded"
+        assert refused["ResponseMetadata"]["HTTPStatusCode"] == 403
+        assert "local buffer" in refused["Error"]["Message"]
+        assert "shared tier is not taking" in refused["Error"]["Message"], refused["Error"]["Message"]
+        s = agent.tenant_status("alice")
+        assert s["pending_bytes"] == 8 * MiB and s["last_error"] is not None
+        # Everything acknowledged is still served from the node meanwhile.
+        for k, v in bodies.items():
+            assert node.get_object(Bucket="ckpt", Key=k)["Body"].read() == v
+        tier.start()
+        s = agent.wait_drained("alice", timeout=60)
+        assert s["last_error"] is None
+        upstream = tier.client("alice")
+        for k, v in bodies.items():
+            assert upstream.get_object(Bucket="ckpt", Key=k)["Body"].read() == v
+        # Durable copies are evicted to make room: the node takes writes again.
+        deadline = time.monotonic() + 30
+        while agent.tenant_status("alice")["local_bytes"] > 7 * MiB:
+            assert time.monotonic() < deadline, agent.tenant_status("alice")
+            time.sleep(0.1)
+        node.put_object(Bucket="ckpt", Key="after", Body=os.urandom(MiB))
+        for k, v in bodies.items():
+            assert node.get_object(Bucket="ckpt", Key=k)["Body"].read() == v
+    finally:
+        agent.stop()
+
+
+def upstream_rate(client, bucket: str) -> float:
+    """Bytes per second as the shared tier saw them arrive (its LastModified, in ms)."""
+    objs = sorted((o["LastModified"], o["Size"]) for o in client.list_objects_v2(Bucket=bucket)["Contents"])
+    span = (objs[-1][0] - objs[0][0]).total_seconds()
+    return sum(size for _, size in objs[1:]) / span
+
+
+def write_burst(node, bucket: str, n: int, size: int) -> None:
+    node.create_bucket(Bucket=bucket)
+    body = os.urandom(size)
+    for i in range(n):
+        node.put_object(Bucket=bucket, Key=f"step/shard-{i:03}", Body=body)
+
+
+def test_the_drain_holds_its_rate_and_speeds_up_for_a_deadline_within_the_limit(tmp_path, tier):
+    # alice: 4 MiB/s, no deadline. bob: 1 MiB/s but a 3 s interval for a 24 MiB backlog (which
+    # needs 8 MiB/s), capped by its 3 MiB/s limit.
+    agent = start_agent(tmp_path, tier,
+                        alice={"drain_rate": "4MiB/s"},
+                        bob={"drain_rate": "1MiB/s", "interval": "3s", "limit": "3MiB/s"})
+    try:
+        write_burst(agent.client(ALICE), "paced", 24, MiB)
+        write_burst(agent.client(DEFAULT_TENANTS[1]), "deadline", 24, MiB)
+        agent.wait_drained("alice", timeout=60)
+        agent.wait_drained("bob", timeout=60)
+        alice = upstream_rate(tier.client("alice"), "paced")
+        bob = upstream_rate(tier.client("bob"), "deadline")
+        print(f"alice drained at {alice / MiB:.2f} MiB/s (D = 4), bob at {bob / MiB:.2f} MiB/s (D = 1, L = 3)")
+        assert 0.9 * 4 * MiB <= alice <= 1.1 * 4 * MiB
+        assert 1.5 * MiB < bob <= 1.1 * 3 * MiB
+    finally:
+        agent.stop()
+
+
+def test_an_upstream_refusal_is_reported_and_nothing_is_dropped(tmp_path, tier):
+    # tiny has 10 MiB on the shared tier but 30 MiB on the node.
+    agent = start_agent(tmp_path, tier, tiny={"local_capacity": "30MiB"})
+    try:
+        node = agent.client(TINY)
+        node.create_bucket(Bucket="bkt")
+        bodies = {f"k{i}": os.urandom(MiB) for i in range(12)}
+        for k, v in bodies.items():
+            node.put_object(Bucket="bkt", Key=k, Body=v)
+        deadline = time.monotonic() + 60
+        while True:
+            s = agent.tenant_status("tiny")
+            if s["last_error"] and s["last_error"]["permanent"]:
+                break
+            assert time.monotonic() < deadline, s
+            time.sleep(0.1)
+        assert "QuotaExceeded" in s["last_error"]["message"]
+        assert s["pending_bytes"] >= 2 * MiB
+        assert 'sluice_agent_upstream_refused{tenant="tiny"} 1' in agent.metrics()
+        for k, v in bodies.items():
+            assert node.get_object(Bucket="bkt", Key=k)["Body"].read() == v
+        # The operator frees space upstream: the drain resumes by itself.
+        upstream = tier.client("tiny")
+        drained = [k for k in listing(upstream, "bkt")]
+        upstream.delete_objects(Bucket="bkt", Delete={"Objects": [{"Key": k} for k in drained[:4]]})
+        agent.wait_drained("tiny", timeout=60)
+        for k in set(bodies) - set(drained[:4]):
+            assert upstream.get_object(Bucket="bkt", Key=k)["Body"].read() == bodies[k]
+    finally:
+        agent.stop()
