@@ -3,7 +3,7 @@
 //! Every tenant sees the backend through an `object_store` `PrefixStore` rooted at
 //! `tenants/<id>/`, so no blob name of one tenant can address another's data: the namespace
 //! boundary is built into the store handle, not checked per call. Blob names are generated
-//! here (`<bucket>/<random id>`), never derived from object keys.
+//! here (`<bucket>/<fan-out>/<random id>`), never derived from object keys.
 //!
 //! Writes stream: a body is cut into parts of the store's part size (a grain on the local
 //! filesystem, at least 5 MiB on S3 backends, which require it) and uploaded with at most
@@ -191,9 +191,13 @@ impl BlobStore {
     }
 
     /// A fresh, unguessable blob name in `bucket`.
+    ///
+    /// Blobs fan out over 256 subdirectories per bucket (`<bucket>/<2 hex>/<32 hex>`): on the
+    /// local filesystem every blob commit fsyncs its directory, and fsyncs of one directory
+    /// serialise in the kernel.
     pub fn new_blob_name(bucket: &str) -> String {
         let id: u128 = rand::random();
-        format!("{bucket}/{id:032x}")
+        format!("{bucket}/{:02x}/{id:032x}", id >> 120)
     }
 
     /// Streams `body` into the blob `name`, growing `reservation` chunk by chunk when the
