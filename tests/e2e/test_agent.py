@@ -118,6 +118,10 @@ def test_reads_merge_the_node_and_the_shared_tier(tmp_path, tier):
         assert node.get_object(Bucket="data", Key="train/shard-0", Range="bytes=10-19")["Body"].read() == b"a" * 10
         assert node.head_object(Bucket="data", Key="train/shard-0")["ContentLength"] == 1000
         assert node.get_object(Bucket="data", Key="train/shard-1")["Body"].read() == b"new"
+        # A copy whose source is on the shared tier only lands on the node, then drains.
+        node.copy_object(Bucket="data", Key="train/copy-0", CopySource={"Bucket": "data", "Key": "train/shard-0"})
+        assert node.get_object(Bucket="data", Key="train/copy-0")["Body"].read() == b"a" * 1000
+        node.delete_object(Bucket="data", Key="train/copy-0")
         assert listing(node, "data") == {"train/shard-0": 1000, "train/shard-1": 3, "train/shard-2": 10}
         page = node.list_objects_v2(Bucket="data", Delimiter="/")
         assert [p["Prefix"] for p in page["CommonPrefixes"]] == ["train/"]
