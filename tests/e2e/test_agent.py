@@ -266,3 +266,39 @@ def test_an_upstream_refusal_is_reported_and_nothing_is_dropped(tmp_path, tier):
             assert upstream.get_object(Bucket="bkt", Key=k)["Body"].read() == bodies[k]
     finally:
         agent.stop()
+
+
+def test_retention_keeps_the_newest_checkpoints_and_evicts_only_durable_copies(tmp_path, tier):
+    agent = start_agent(tmp_path, tier, alice={"retention": 1})
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="ckpt")
+        bodies = {}
+
+        def checkpoint(step: int):
+            for rank in range(3):
+                key = f"run/step-{step}/__{rank}_0.distcp"
+                bodies[key] = os.urandom(MiB)
+                node.put_object(Bucket="ckpt", Key=key, Body=bodies[key])
+            bodies[f"run/step-{step}/.metadata"] = b"meta"
+            node.put_object(Bucket="ckpt", Key=f"run/step-{step}/.metadata", Body=b"meta")
+
+        checkpoint(1)
+        s = agent.wait_drained("alice", timeout=30)
+        assert s["durable_up_to"]["prefix"] == "run/step-1/"
+        checkpoint(2)
+        s = agent.wait_drained("alice", timeout=30)
+        assert s["durable_up_to"]["prefix"] == "run/step-2/"
+        # Only the newest checkpoint stays on the node; the older one is served from upstream.
+        deadline = time.monotonic() + 30
+        while agent.tenant_status("alice")["local_bytes"] != 3 * MiB + 4:
+            assert time.monotonic() < deadline, agent.tenant_status("alice")
+            time.sleep(0.1)
+        assert agent.tenant_status("alice")["evicted_bytes_total"] == 3 * MiB + 4
+        local = tmp_path / "agent" / "data" / "objects" / "tenants" / "alice"
+        assert sum(p.stat().st_size for p in local.rglob("*") if p.is_file()) == 3 * MiB + 4
+        for key, body in bodies.items():
+            assert node.get_object(Bucket="ckpt", Key=key)["Body"].read() == body, key
+        assert set(listing(node, "ckpt")) == set(bodies)
+    finally:
+        agent.stop()
