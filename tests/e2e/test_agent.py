@@ -4,7 +4,9 @@ last, reads see both tiers, an outage fills the node and then drains, pacing hol
 and an upstream refusal is reported without losing data."""
 
 import hashlib
+import json
 import os
+import urllib.request
 import threading
 import time
 
@@ -12,7 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from agent_harness import Agent, LocalSpec
-from harness import DEFAULT_TENANTS, Backend, Gateway
+from harness import DEFAULT_TENANTS, Backend, Gateway, free_port
 
 MiB = 1024 * 1024
 ALICE = DEFAULT_TENANTS[0]
@@ -300,5 +302,33 @@ def test_retention_keeps_the_newest_checkpoints_and_evicts_only_durable_copies(t
         for key, body in bodies.items():
             assert node.get_object(Bucket="ckpt", Key=key)["Body"].read() == body, key
         assert set(listing(node, "ckpt")) == set(bodies)
+    finally:
+        agent.stop()
+
+
+def test_status_on_its_own_listener_and_through_the_cli(tmp_path, tier):
+    agent = Agent(tmp_path / "agent", tier.endpoint, DEFAULT_TENANTS,
+                  {"alice": LocalSpec(local_capacity="64MiB", drain_rate="100MiB/s")})
+    agent.status_port = free_port()
+    agent.start()
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="ckpt")
+        node.put_object(Bucket="ckpt", Key="run/step-1/a.bin", Body=b"x" * 1000)
+        node.put_object(Bucket="ckpt", Key="run/step-1/commit_success.txt", Body=b"")
+        agent.wait_drained("alice", timeout=30)
+        cli = {t["tenant"]: t for t in json.loads(agent.cli_status())["tenants"]}
+        alice = cli["alice"]
+        assert alice["local_bytes"] == 1000 and alice["local_capacity_bytes"] == 64 * MiB
+        assert alice["pending_bytes"] == 0 and alice["eta_seconds"] == 0
+        assert alice["durable_up_to"]["marker"] == "run/step-1/commit_success.txt"
+        assert alice["drained_objects_total"] == 3  # the bucket and two objects
+        metrics = agent.cli_status("--metrics")
+        assert 'sluice_agent_local_bytes{tenant="alice"} 1000' in metrics
+        assert "# TYPE sluice_agent_drained_bytes_total counter" in metrics
+        with urllib.request.urlopen(f"http://127.0.0.1:{agent.status_port}/metrics", timeout=10) as r:
+            assert r.read().decode().startswith("# HELP")
+        with urllib.request.urlopen(f"http://127.0.0.1:{agent.status_port}/status", timeout=10) as r:
+            assert json.loads(r.read())["upstream"] == tier.endpoint
     finally:
         agent.stop()
