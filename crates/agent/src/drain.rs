@@ -475,7 +475,11 @@ impl Drain {
         object: &sluice_meta::ObjectRecord,
         range: std::ops::Range<u64>,
     ) -> Result<Option<(Vec<Bytes>, Crc, [u8; 16])>, DrainError> {
-        let stream = self.blobs.read(&op.tenant, &object.segments, range);
+        let stream = self.blobs.read(
+            &sluice_s3::blob::Pacer::unthrottled(&op.tenant),
+            &object.segments,
+            range,
+        );
         let chunks: Result<Vec<Bytes>, _> = stream.try_collect().await;
         match chunks {
             Ok(chunks) => {

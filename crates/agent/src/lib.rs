@@ -123,7 +123,11 @@ impl Agent {
                 .with_fsync(true)
                 .with_automatic_cleanup(true),
         );
-        let blobs = Arc::new(BlobStore::new(Arc::new(ChecksumStore::new(local, sums))));
+        let blobs = Arc::new(BlobStore::new(
+            Arc::new(ChecksumStore::new(local, sums)),
+            sluice_s3::blob::DEFAULT_GRAIN,
+            sluice_s3::blob::DEFAULT_GRAIN,
+        ));
         let mut summary = sluice_gateway::reconcile(&catalog, &blobs, Some(&objects))
             .await
             .map_err(|e| AgentError::Reconcile(e.to_string()))?;

@@ -29,16 +29,27 @@ pub struct FileGateway {
 pub struct FileCapacity {
     pub bandwidth: Option<Rate>,
     pub ops: Option<f64>,
+    pub policy: Option<String>,
+    pub queue_depth: Option<usize>,
+    pub grain: Option<ByteSize>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileBackend {
+    pub emulate: Option<FileDevice>,
     pub url: Option<String>,
     pub endpoint: Option<String>,
     pub region: Option<String>,
     pub access_key: Option<String>,
     pub secret_key: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileDevice {
+    pub bandwidth: Rate,
+    pub ops: f64,
 }
 
 #[derive(Debug, Deserialize)]

@@ -46,6 +46,8 @@ impl ConfigError {
 pub struct Config {
     pub gateway: Option<GatewayConfig>,
     pub backend: Backend,
+    /// An emulated device in front of the backend (benchmarks): bounded bandwidth and ops.
+    pub emulate: Option<Device>,
     pub agent: Option<AgentConfig>,
     pub tenants: Vec<Tenant>,
 }
@@ -56,9 +58,10 @@ pub struct GatewayConfig {
     pub data_dir: PathBuf,
     pub region: String,
     pub metrics_listen: Option<String>,
+    /// `None`: no `[gateway.capacity]`, nothing is throttled.
+    pub throttle: Option<Capacity>,
     /// Largest single object body accepted by PutObject or UploadPart.
     pub max_object_size: u64,
-    pub capacity: Capacity,
 }
 
 /// What the shared tier can serve, handed out by the throughput scheduler.
@@ -68,6 +71,22 @@ pub struct Capacity {
     pub bandwidth: f64,
     /// Operations per second.
     pub ops: f64,
+    pub policy: Policy,
+    /// Requests a tenant may have waiting for admission before it gets `SlowDown`.
+    pub queue_depth: usize,
+    /// The scheduling unit of bodies, in bytes (1–4 MiB).
+    pub grain: u64,
+}
+
+/// How the gateway arbitrates the shared tier between tenants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    /// dmClock: per-tenant reservation, weight and limit, paced to the capacity (default).
+    DmClock,
+    /// One queue for every tenant, paced to the capacity: no isolation (for comparison).
+    Fifo,
+    /// Each tenant capped at its limit, nothing else (static caps, for comparison).
+    RateLimit,
 }
 
 /// Where object data lives.
@@ -77,6 +96,15 @@ pub enum Backend {
     Local,
     /// Any S3-compatible store, through `object_store`'s S3 client.
     S3(S3Backend),
+}
+
+/// A backend slowed to a device's bandwidth and operation rate, with a FIFO queue.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Device {
+    /// Bytes per second.
+    pub bandwidth: f64,
+    /// Operations per second.
+    pub ops: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,14 +5,13 @@ use std::path::Path;
 
 use crate::file::{FileConfig, FileRetention, FileTenant};
 use crate::{
-    AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, GatewayConfig,
-    LocalSpec, Qos, Retention, S3Backend, Tenant,
+    AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, Device,
+    GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant,
 };
 
 const GIB: u64 = 1024 * 1024 * 1024;
-/// Default shared-tier capacity when `[gateway.capacity]` is absent: effectively unbounded,
-/// so a plain gateway never throttles until an operator states what the tier can do.
-const UNBOUNDED_BANDWIDTH: f64 = 1e15;
+/// Operations per second assumed when `[gateway.capacity]` gives only a bandwidth: effectively
+/// free operations, every byte still counted.
 const UNBOUNDED_OPS: f64 = 1e9;
 
 /// Validates a parsed file; relative paths resolve against `base` (the file's directory).
@@ -30,16 +29,51 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         None => None,
         Some(g) => {
             let capacity = match g.capacity {
-                None => Capacity {
-                    bandwidth: UNBOUNDED_BANDWIDTH,
-                    ops: UNBOUNDED_OPS,
-                },
+                None => None,
                 Some(c) => {
-                    let bandwidth = c.bandwidth.map_or(UNBOUNDED_BANDWIDTH, |r| r.0);
+                    let bandwidth = c.bandwidth.map(|r| r.0).ok_or_else(|| {
+                        ConfigError::invalid(
+                            "gateway.capacity.bandwidth",
+                            "required: the shared tier's measured throughput, e.g. \"1GiB/s\"",
+                        )
+                    })?;
                     let ops = c.ops.unwrap_or(UNBOUNDED_OPS);
                     positive("gateway.capacity.bandwidth", bandwidth)?;
                     positive("gateway.capacity.ops", ops)?;
-                    Capacity { bandwidth, ops }
+                    let policy = match c.policy.as_deref().unwrap_or("dmclock") {
+                        "dmclock" => Policy::DmClock,
+                        "fifo" => Policy::Fifo,
+                        "rate_limit" => Policy::RateLimit,
+                        other => {
+                            return Err(ConfigError::invalid(
+                                "gateway.capacity.policy",
+                                format!(
+                                    "{other:?}: expected \"dmclock\", \"fifo\" or \"rate_limit\""
+                                ),
+                            ));
+                        }
+                    };
+                    let queue_depth = c.queue_depth.unwrap_or(64);
+                    if queue_depth == 0 {
+                        return Err(ConfigError::invalid(
+                            "gateway.capacity.queue_depth",
+                            "must be at least 1",
+                        ));
+                    }
+                    let grain = c.grain.map_or(1024 * 1024, |g| g.0);
+                    if !(64 * 1024..=16 * 1024 * 1024).contains(&grain) {
+                        return Err(ConfigError::invalid(
+                            "gateway.capacity.grain",
+                            "must be between 64KiB and 16MiB (1MiB to 4MiB is usual)",
+                        ));
+                    }
+                    Some(Capacity {
+                        bandwidth,
+                        ops,
+                        policy,
+                        queue_depth,
+                        grain,
+                    })
                 }
             };
             let region = g.region.unwrap_or_else(|| "us-east-1".to_owned());
@@ -59,11 +93,22 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 region,
                 metrics_listen: g.metrics_listen,
                 max_object_size,
-                capacity,
+                throttle: capacity,
             })
         }
     };
 
+    let emulate = match file.backend.as_ref().and_then(|b| b.emulate.as_ref()) {
+        None => None,
+        Some(d) => {
+            positive("backend.emulate.bandwidth", d.bandwidth.0)?;
+            positive("backend.emulate.ops", d.ops)?;
+            Some(Device {
+                bandwidth: d.bandwidth.0,
+                ops: d.ops,
+            })
+        }
+    };
     let backend = match file.backend {
         None => Backend::Local,
         Some(b) => match b.url.as_deref() {
@@ -142,13 +187,14 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         tenants.push(tenant);
     }
 
-    if let Some(g) = &gateway {
-        check_reservations(&tenants, g.capacity)?;
+    if let Some(c) = gateway.as_ref().and_then(|g| g.throttle) {
+        check_reservations(&tenants, c)?;
     }
 
     Ok(Config {
         gateway,
         backend,
+        emulate,
         agent,
         tenants,
     })

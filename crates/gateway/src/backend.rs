@@ -9,9 +9,31 @@ use sluice_config::{Backend, Config};
 
 use crate::{GatewayError, gateway_section};
 
-/// Opens the configured backend. The local filesystem lives in `data_dir/objects` with fsync
-/// on, so a blob is durable before the catalog references it.
+/// Opens the configured backend (behind an emulated device if `[backend.emulate]` is set).
+/// The local filesystem lives in `data_dir/objects` with fsync on, so a blob is durable before
+/// the catalog references it.
 pub fn open_backend(config: &Config) -> Result<Arc<dyn ObjectStore>, GatewayError> {
+    let store = open_raw(config)?;
+    Ok(match config.emulate {
+        None => store,
+        Some(d) => Arc::new(crate::device::EmulatedDevice::new(
+            store,
+            d.bandwidth,
+            d.ops,
+        )),
+    })
+}
+
+/// The part size for multipart writes: a grain where the backend takes small parts (the local
+/// filesystem), S3's 5 MiB minimum (rounded up to 8 MiB) elsewhere.
+pub fn part_size(config: &Config, grain: u64) -> u64 {
+    match config.backend {
+        Backend::Local => grain,
+        Backend::S3(_) => sluice_s3::blob::S3_PART_SIZE.max(grain),
+    }
+}
+
+fn open_raw(config: &Config) -> Result<Arc<dyn ObjectStore>, GatewayError> {
     match &config.backend {
         Backend::Local => {
             let dir = gateway_section(config)?.data_dir.join("objects");

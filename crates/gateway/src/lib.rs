@@ -14,10 +14,13 @@
 //! model (see `sluice-meta`): the next start reconciles.
 
 mod backend;
+mod control;
+pub mod device;
 mod reconcile;
 mod server;
 
 pub use backend::open_backend;
+pub use control::{Control, tenant_specs};
 pub use reconcile::{ReconcileSummary, reconcile};
 pub use server::{Gateway, Running};
 
@@ -39,6 +42,10 @@ pub enum GatewayError {
     Backend(#[from] object_store::Error),
     #[error("reconciling with the backend: {0}")]
     Reconcile(String),
+    #[error("reload refused: {0}")]
+    Reload(String),
+    #[error("throughput scheduler: {0}")]
+    Throttle(#[from] sluice_throttle::ThrottleError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,

@@ -7,14 +7,18 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use sluice_config::Config;
+use sluice_config::{Config, Policy};
 use sluice_meta::Catalog;
+use sluice_metrics::Metrics;
 use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
+use sluice_throttle::{Throttle, ThrottleConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{GatewayError, ReconcileSummary, gateway_section, open_backend, reconcile};
+use crate::{
+    Control, GatewayError, ReconcileSummary, gateway_section, open_backend, reconcile, tenant_specs,
+};
 
 /// Requests in flight at shutdown get this long to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -22,19 +26,23 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// An opened (reconciled, not yet serving) gateway.
 pub struct Gateway {
     front: Front,
-    tenants: Arc<Tenants>,
+    control: Control,
     listen: String,
+    metrics_listen: Option<String>,
     pub summary: ReconcileSummary,
 }
 
 /// A gateway serving in the background.
 pub struct Running {
     pub addr: SocketAddr,
+    /// Where `/metrics` is served, if `metrics_listen` is set.
+    pub metrics_addr: Option<SocketAddr>,
+    pub control: Control,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
 }
 
-fn tenant_keys(config: &Config) -> Vec<TenantKey> {
+pub(crate) fn tenant_keys(config: &Config) -> Vec<TenantKey> {
     config
         .tenants
         .iter()
@@ -63,7 +71,14 @@ impl Gateway {
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.capacity);
         }
-        let blobs = Arc::new(BlobStore::new(open_backend(config)?));
+        let grain = g
+            .throttle
+            .map_or(sluice_s3::blob::DEFAULT_GRAIN, |c| c.grain);
+        let blobs = Arc::new(BlobStore::new(
+            open_backend(config)?,
+            grain,
+            crate::backend::part_size(config, grain),
+        ));
         let local_root = matches!(config.backend, sluice_config::Backend::Local)
             .then(|| g.data_dir.join("objects"));
         let mut summary = reconcile(&catalog, &blobs, local_root.as_deref()).await?;
@@ -85,18 +100,54 @@ impl Gateway {
                 "removed the remains of interrupted writes"
             );
         }
-        let front = Front::new(
-            Arc::new(catalog),
+        let throttle = match g.throttle {
+            None => None,
+            Some(c) => Some(Throttle::start(
+                ThrottleConfig {
+                    policy: match c.policy {
+                        Policy::DmClock => sluice_throttle::Policy::DmClock,
+                        Policy::Fifo => sluice_throttle::Policy::Fifo,
+                        Policy::RateLimit => sluice_throttle::Policy::RateLimit,
+                    },
+                    bandwidth: c.bandwidth,
+                    ops: c.ops,
+                    queue_depth: c.queue_depth,
+                    // Half a grain's service time, within 2–10 ms (see sluice-throttle).
+                    lookahead: Duration::from_secs_f64(c.grain as f64 / c.bandwidth / 2.0).clamp(
+                        sluice_throttle::DEFAULT_LOOKAHEAD,
+                        Duration::from_millis(10),
+                    ),
+                },
+                tenant_specs(config)?,
+            )?),
+        };
+        let catalog = Arc::new(catalog);
+        let metrics = Arc::new(Metrics::default());
+        for t in &config.tenants {
+            metrics.tenant(&t.id);
+        }
+        let front = Front::with_throttle(
+            Arc::clone(&catalog),
             blobs,
             FrontConfig {
                 region: g.region.clone(),
                 max_object_size: g.max_object_size,
             },
+            throttle.clone(),
+            Arc::clone(&metrics),
         );
+        let control = Control {
+            catalog,
+            tenants: Arc::new(Tenants::new(tenant_keys(config))),
+            throttle,
+            metrics,
+            config: Arc::new(std::sync::Mutex::new(config.clone())),
+        };
         Ok(Self {
             front,
-            tenants: Arc::new(Tenants::new(tenant_keys(config))),
+            control,
             listen: g.listen.clone(),
+            metrics_listen: g.metrics_listen.clone(),
             summary,
         })
     }
@@ -120,11 +171,17 @@ impl Gateway {
                 addr: self.listen.clone(),
                 source,
             })?;
-        let service = sluice_s3::service(self.front, &self.tenants);
+        let service = sluice_s3::service(self.front, &self.control.tenants);
         let (tx, rx) = watch::channel(false);
+        let metrics_addr = match &self.metrics_listen {
+            None => None,
+            Some(m) => Some(self.control.clone().serve_metrics(m, rx.clone()).await?.0),
+        };
         let task = tokio::spawn(serve(listener, service, rx));
         Ok(Running {
             addr,
+            metrics_addr,
+            control: self.control,
             shutdown: tx,
             task,
         })

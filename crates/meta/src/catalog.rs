@@ -9,7 +9,9 @@ use std::ops::Bound;
 use std::path::Path;
 
 use md5::{Digest, Md5};
-use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use std::sync::{Condvar, Mutex, PoisonError};
+
+use redb::{Database, Durability, ReadableDatabase, ReadableTable, TableDefinition};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -94,7 +96,27 @@ pub struct ReconcileReport {
 pub struct Catalog {
     db: Database,
     ledger: Ledger,
+    group: GroupCommit,
     hook: Option<Arc<dyn CommitHook>>,
+}
+
+/// Group commit: transactions commit in memory (`Durability::None`) and then wait until one
+/// fsynced commit covers them. Whoever finds no sync in progress performs one (an empty
+/// `Durability::Immediate` commit, which makes every earlier commit durable); the others wait
+/// for it. A mutation returns only once it is durable, so concurrent writers share fsyncs
+/// instead of queueing for one each. A reader may see a commit a moment before it is durable;
+/// no writer is answered before it is.
+#[derive(Default)]
+struct GroupCommit {
+    state: Mutex<GroupState>,
+    synced: Condvar,
+}
+
+#[derive(Default)]
+struct GroupState {
+    committed: u64,
+    durable: u64,
+    syncing: bool,
 }
 
 impl Catalog {
@@ -114,6 +136,7 @@ impl Catalog {
         let catalog = Self {
             db,
             ledger: Ledger::default(),
+            group: GroupCommit::default(),
             hook: None,
         };
         let report = catalog.recompute_usage()?;
@@ -122,6 +145,70 @@ impl Catalog {
 
     pub fn ledger(&self) -> &Ledger {
         &self.ledger
+    }
+
+    fn begin(&self) -> Result<redb::WriteTransaction> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::None)
+            .map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        Ok(txn)
+    }
+
+    /// Commits `txn` and returns once it is durable (see [`GroupCommit`]).
+    fn finish(&self, txn: redb::WriteTransaction) -> Result<()> {
+        let seq = {
+            let mut st = self
+                .group
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            // Commit under the lock so that sequence numbers follow commit order.
+            txn.commit()?;
+            st.committed += 1;
+            st.committed
+        };
+        let mut st = self
+            .group
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if st.durable >= seq {
+                return Ok(());
+            }
+            if st.syncing {
+                st = self
+                    .group
+                    .synced
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            st.syncing = true;
+            let target = st.committed;
+            drop(st);
+            let result = self.sync();
+            st = self
+                .group
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            st.syncing = false;
+            if result.is_ok() {
+                st.durable = st.durable.max(target);
+            }
+            self.group.synced.notify_all();
+            result?;
+        }
+    }
+
+    /// An empty durable commit: persists every earlier `Durability::None` commit.
+    fn sync(&self) -> Result<()> {
+        let mut txn = self.db.begin_write()?;
+        txn.set_durability(Durability::Immediate)
+            .map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        txn.commit()?;
+        Ok(())
     }
 
     /// Installs `hook`, called inside every mutation's write transaction (see [`CommitHook`]).
@@ -153,7 +240,7 @@ impl Catalog {
         key: &str,
         expected: &ObjectRecord,
     ) -> Result<bool> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         {
             let mut t = txn.open_table(OBJECTS)?;
             let k = keys::entry(tenant, bucket, key);
@@ -169,14 +256,14 @@ impl Catalog {
             t.remove(k.as_slice())?;
             add_usage(&txn, tenant, 0, expected.size)?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, expected.size);
         Ok(true)
     }
 
     fn recompute_usage(&self) -> Result<ReconcileReport> {
         let mut actual: BTreeMap<String, u64> = BTreeMap::new();
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let mut report = ReconcileReport::default();
         {
             for row in txn.open_table(OBJECTS)?.iter()? {
@@ -219,7 +306,7 @@ impl Catalog {
                 }
             }
         }
-        txn.commit()?;
+        self.finish(txn)?;
         for (tenant, bytes) in actual {
             self.ledger.set_used(&tenant, bytes);
         }
@@ -256,7 +343,7 @@ impl Catalog {
     // ---- buckets -------------------------------------------------------------------------
 
     pub fn create_bucket(&self, tenant: &str, bucket: &str, now_ms: i64) -> Result<()> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         {
             let mut t = txn.open_table(BUCKETS)?;
             let k = keys::bucket(tenant, bucket);
@@ -269,13 +356,13 @@ impl Catalog {
             )?;
             self.notify(&txn, &Change::BucketCreated { tenant, bucket })?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         Ok(())
     }
 
     /// Deletes an empty bucket, aborting its multipart uploads; returns their blobs.
     pub fn delete_bucket(&self, tenant: &str, bucket: &str) -> Result<Vec<String>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let mut blobs = Vec::new();
         let mut freed = 0;
         {
@@ -310,7 +397,7 @@ impl Catalog {
             add_usage(&txn, tenant, 0, freed)?;
             self.notify(&txn, &Change::BucketDeleted { tenant, bucket })?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, freed);
         Ok(blobs)
     }
@@ -373,7 +460,7 @@ impl Catalog {
         rec: &ObjectRecord,
         reservation: Reservation,
     ) -> Result<Option<ObjectRecord>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let old = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
@@ -395,7 +482,7 @@ impl Catalog {
             )?;
             old
         };
-        txn.commit()?;
+        self.finish(txn)?;
         reservation.settle(rec.size, old.as_ref().map_or(0, |o| o.size));
         Ok(old)
     }
@@ -407,7 +494,7 @@ impl Catalog {
         bucket: &str,
         key: &str,
     ) -> Result<Option<ObjectRecord>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let old = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
@@ -433,7 +520,7 @@ impl Catalog {
             txn.abort()?;
             return Ok(None);
         }
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, old.as_ref().map_or(0, |o| o.size));
         Ok(old)
     }
@@ -517,7 +604,7 @@ impl Catalog {
         upload_id: &str,
         rec: &UploadRecord,
     ) -> Result<()> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         {
             require_bucket(&txn, tenant, bucket)?;
             txn.open_table(UPLOADS)?.insert(
@@ -525,7 +612,7 @@ impl Catalog {
                 encode(rec).as_slice(),
             )?;
         }
-        txn.commit()?;
+        self.finish(txn)?;
         Ok(())
     }
 
@@ -568,7 +655,7 @@ impl Catalog {
         part: PartRecord,
         reservation: Reservation,
     ) -> Result<Option<PartRecord>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let size = part.size;
         let old = {
             let mut t = txn.open_table(UPLOADS)?;
@@ -586,7 +673,7 @@ impl Catalog {
             add_usage(&txn, tenant, size, old.as_ref().map_or(0, |p| p.size))?;
             old
         };
-        txn.commit()?;
+        self.finish(txn)?;
         reservation.settle(size, old.as_ref().map_or(0, |p| p.size));
         Ok(old)
     }
@@ -603,7 +690,7 @@ impl Catalog {
         parts: &[PartSpec],
         now_ms: i64,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let (object, replaced, unused, freed) = {
             require_bucket(&txn, tenant, bucket)?;
             let mut uploads = txn.open_table(UPLOADS)?;
@@ -647,7 +734,7 @@ impl Catalog {
                 freed,
             )
         };
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, freed);
         Ok((object, replaced, unused))
     }
@@ -660,7 +747,7 @@ impl Catalog {
         upload_id: &str,
         key: &str,
     ) -> Result<Vec<String>> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin()?;
         let rec = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(UPLOADS)?;
@@ -677,7 +764,7 @@ impl Catalog {
             add_usage(&txn, tenant, 0, rec.bytes())?;
             rec
         };
-        txn.commit()?;
+        self.finish(txn)?;
         self.ledger.free(tenant, rec.bytes());
         Ok(rec.parts.into_values().map(|p| p.blob).collect())
     }

@@ -10,7 +10,8 @@
 //!
 //! # Crash model
 //!
-//! redb commits are durable (`Durability::Immediate`, fsync) before they return. Writers store
+//! Every mutation is durable before its call returns: transactions commit in memory and then
+//! wait for one fsynced redb commit that covers them (group commit, see `catalog`). Writers store
 //! and fsync a blob *before* the catalog references it, and drop the catalog reference
 //! *before* deleting a blob. A crash therefore leaves at worst unreferenced blobs (orphans),
 //! never references to missing data; `reconcile` at start-up lists them for deletion and

@@ -19,7 +19,7 @@
 //!   be 0.
 //! - **Weight W** — a share of what the reservations leave. Capacity not used by reservation
 //!   service is split between the tenants with demand in proportion to their weights.
-//! - **Limit L** — a ceiling on the weight phase, optionally unlimited. `R ≤ L`.
+//! - **Limit L** — a ceiling, optionally unlimited; `R ≤ L`.
 //!
 //! With every tenant saturating a backend of capacity C, tenant i therefore receives
 //!
@@ -30,8 +30,25 @@
 //! (or `L_i` each if the limits sum below C). The reservation is *added* to the weighted
 //! share, not a minimum of it: this differs from mClock, where reservation service is also
 //! charged to the proportional clock and a tenant gets `max(R_i, weighted share)`. Charging
-//! each dispatch to exactly one clock makes "spare capacity splits by weight" literally true
-//! and keeps every proportional tag within one request of the others (see *Invariants*).
+//! each dispatch to exactly one clock makes "spare capacity splits by weight" literally true,
+//! and keeps a tenant that lives on its reservation from drifting ever further ahead of the
+//! weight phase (in mClock it then gets nothing but R long after the others have left).
+//!
+//! Requests are indivisible, so each promise holds up to a request or two — with `c` the
+//! largest request the scheduler has seen (a grain, for the gateway):
+//!
+//! - a continuously backlogged tenant is served at least `R·T` less a few `c` in any window
+//!   of length T, and a newcomer is never more than `2c` behind `R·(t − arrival)`;
+//! - a tenant is served at most `L·T + 2c` in any window of length T (`+ 3c` if it also has a
+//!   reservation, whose catching up is not held to the limit). A tenant held at its limit
+//!   gets nearly all of it: the limit absorbs one request's worth of waiting behind others,
+//!   so only when a request is a large part of the limit (on a backend of 100 MiB/s, a 1 MiB
+//!   request against a limit of 50 MiB/s) can several tenants' requests keep it waiting
+//!   longer, and it loses that time;
+//! - idle time buys nothing: a returning tenant rejoins where the others stand, ahead of
+//!   each by at most one of their requests (weighted), however long it was away.
+//!
+//! `tests/isolation.rs` and `tests/randomized.rs` check each of these in virtual time.
 //!
 //! # The algorithm
 //!
@@ -41,18 +58,19 @@
 //! implementation is ceph/dmclock (`src/dmclock_server.h`); this is a fresh implementation of
 //! the algorithm, with the differences listed below.
 //!
-//! **Tags.** For a request of cost `c` from a tenant whose previous request had tags
-//! `(R', P', L')`:
+//! **Tags.** Only the request at the head of a tenant's queue carries tags. For a head request
+//! of cost `c` whose predecessor left the tenant's clocks at `(R', P', L')`:
 //!
 //! ```text
-//! reservation  R = max(R' + ρ·c/R_i, arrival)        real time: when it is due
-//! proportion   P = P' + (δ − ρ + 1)·c/W_i             virtual time: its place in line
-//! limit        L = max(L' + δ·c/L_i, head time)       real time: when it may start
+//! reservation  R = max(R' + ρ·c/R_i, arrival)     real time: when it is due
+//! proportion   P = S + (δ − ρ + 1)·c/W_i          virtual time: its place in line
+//! limit        L = L' − c_max/L_i                 real time: when it may start
 //! ```
 //!
-//! where `P'` is first raised to the virtual time `V` when the tenant returns from idle or has
-//! just been served in the weight phase, and the head time is when the request reached the
-//! front of its tenant's queue: its arrival, or the previous request's dispatch.
+//! where `S`, the request's start in the weight phase, is `P'` while the tenant keeps
+//! competing (a returning tenant is re-synced, below), and `c_max` is the largest request seen.
+//! On dispatch at `now`, whatever the phase, `L' ← max(L', now) + δ·c/L_i`: the limit clock is
+//! a leaky bucket (GCRA) one largest request deep.
 //!
 //! **Decision** ([`Scheduler::dequeue`]) at time `now`:
 //!
@@ -60,20 +78,20 @@
 //!    serve that tenant. Limits do not apply here: `R ≤ L`, and a reservation that had to wait
 //!    for a neighbour's request may catch up.
 //! 2. *Weight phase.* Otherwise serve, among tenants whose limit tag is `≤ now`, the one with
-//!    the smallest proportional tag.
+//!    the smallest proportional tag, and advance the virtual time `V` to its start `S`.
 //! 3. Otherwise nothing is eligible: answer [`Decision::NextAt`] with the earliest reservation
 //!    or limit tag, or [`Decision::Empty`] if nothing is queued.
 //!
 //! **Each dispatch is charged to one clock.** A request is tagged on both the reservation and
 //! the proportional clock; when it is served, the clock of the *other* phase gets the request's
-//! increment back. A weight-phase dispatch does not count against the reservation (the paper's
-//! adjustment of the reservation tags), and — our addition — a reservation-phase dispatch does
-//! not count against the weight.
+//! own increment back. A weight-phase dispatch does not count against the reservation (the
+//! paper's adjustment of the reservation tags), and — our addition — a reservation-phase
+//! dispatch does not count against the weight.
 //!
-//! **No banked credit.** A tenant returning from idle starts at `arrival` on the reservation
-//! clock and on the limit clock, and at the current virtual time `V` on the proportional clock.
-//! So an hour of idleness buys one immediately eligible request, not an hour's worth of
-//! reservation, share or limit.
+//! **No banked credit.** A tenant returning from idle is due on arrival on the reservation
+//! clock (the `max` with `arrival`), finds its limit bucket at most one request full, and
+//! starts at `S = max(P', V)` in the weight phase: where the weight phase stands, not where it
+//! left. An hour of idleness buys one immediately eligible request, not an hour's worth.
 //!
 //! # Where this differs from the paper and ceph/dmclock, and why
 //!
@@ -83,19 +101,20 @@
 //!   queue until it catches up (a burst); if they fall behind, every tag collapses to `now`
 //!   and weights stop mattering (Ceph documents this as a "subtlety": weights must stay below
 //!   the request rate). ceph/dmclock patches the first case with a per-client offset found by
-//!   a scan over all clients. Here `V` is the largest proportional tag served in the weight
-//!   phase — where that phase stands — and a head request's tag starts no earlier than `V`.
-//!   This is start-time fair queueing's virtual time.
-//! - **The limit tag is taken when a request reaches the head of its queue**, not on arrival.
-//!   Tagged on arrival, a tenant whose requests were queued long ago, or held back by its
-//!   neighbours, would find a backlog of past limit tags all eligible at once. Taken at the
-//!   head, the tag lets it catch up by one request at most, so in any window of length T the
-//!   weight phase serves a tenant at most `L·T` plus two requests (one at each end). A tenant
-//!   served late by less than one request's time at rate L loses nothing.
+//!   a scan over all clients. Here `V` is the largest start tag the weight phase has served —
+//!   start-time fair queueing's virtual time — and a tenant rejoins at `V`.
+//! - **A tenant held at its limit rejoins at `S = max(P', V − c_max/W_i)`.** While held it
+//!   falls behind `V`. A tenant under its limit on average is held only briefly (its requests
+//!   bunch up behind a reservation-phase dispatch, say) and must keep that lag to get its
+//!   share; one truly capped would build up lag without end, and spend it as a burst once the
+//!   others' demand falls below its limit. One request's worth separates the two.
+//! - **The limit is a leaky bucket one request deep**, charged at dispatch. The paper's
+//!   `max(L' + 1/l, arrival)`, tagged on arrival, lets a tenant whose requests were queued
+//!   long ago, or held back by its neighbours, find a backlog of past limit tags eligible all
+//!   at once. The bucket's depth (the largest request seen) lets a tenant served late because
+//!   a neighbour's request was in service catch up, and no more.
 //! - **Tags are computed for the head request only**, as ceph/dmclock's delayed tag
-//!   calculation: a refund then touches one tag, not every queued request. The values equal
-//!   those of eager tagging at arrival.
-//! - **Each dispatch is charged to one clock** (above), which gives the additive allocation.
+//!   calculation: a refund then touches one tag, not every queued request.
 //!
 //! # dmClock: ρ and δ
 //!
@@ -103,21 +122,20 @@
 //! R/W/L must hold across all of them. dmClock does it with two counters carried on each
 //! request (see [`Request::with_counters`]): ρ, the tenant's requests served in the
 //! reservation phase by all gateways since its previous request to this one, and δ, those
-//! served in any phase, both counting this request. The increments multiply by them, so a
-//! gateway charges a tenant for what the others served. With one gateway ρ = δ = 1 and the
-//! formulas reduce to mClock's. Multiplying a count by this request's cost assumes the requests
-//! counted cost about the same, which holds when bodies are scheduled in fixed-size grains.
+//! served in any phase, both counting this request. The increments multiply by them (the
+//! proportional clock by `δ − ρ + 1`, the requests served by weight), so a gateway charges a
+//! tenant for what the others served. With one gateway ρ = δ = 1 and the formulas reduce to
+//! mClock's. Multiplying a count by this request's cost assumes the requests counted cost
+//! about the same, which holds when bodies are scheduled in fixed-size grains.
 //!
 //! # Invariants
 //!
 //! - A backlogged tenant is in the reservation index iff it has a reservation, and in exactly
 //!   one of the proportional index (limit tag ≤ now) or the limit index (limit tag > now). An
 //!   idle tenant is in no index.
-//! - `V` never decreases. A tenant's head proportional tag is at least `V` minus one of its
-//!   increments while it competes in the weight phase; only a tenant held at its limit falls
-//!   further behind, and it is brought back to `V` by its next weight-phase dispatch. No
-//!   tenant gets ahead of the others by more than one request, so none can be starved by its
-//!   own past.
+//! - `V` never decreases. A tenant competing in the weight phase starts at or after `V` less
+//!   one of its increments; only a tenant held at its limit falls further behind, by at most
+//!   one largest request when it rejoins.
 //! - `now` never runs backwards: an earlier `now` than one already seen is read as the latest.
 //! - Every decision is O(log n) in the number of tenants: three indexed binary heaps (by
 //!   reservation tag, by proportional tag among tenants under their limit, by limit tag among

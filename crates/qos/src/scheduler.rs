@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::QosError;
 use crate::heap::TagHeap;
-use crate::tag::{Charge, Phase};
+use crate::tag::{Charge, Phase, Shared};
 use crate::tenant::{Queued, Tenant, TenantId, TenantQos, TenantStats};
 
 /// One unit of work offered to the scheduler: an opaque payload and its cost.
@@ -95,7 +95,10 @@ struct Slot<T> {
 /// the algorithm and its guarantees.
 ///
 /// Every method takes `&mut self` and returns at once; the caller serialises access (a mutex
-/// held for the microsecond a decision takes) and owns the clock.
+/// held for the fraction of a microsecond a decision takes) and owns the clock.
+///
+/// Offer work in grains of bounded size: the largest cost ever enqueued is how much a tenant
+/// served late may catch up on its limit, so one oversized request loosens every limit.
 #[derive(Debug)]
 pub struct Scheduler<T> {
     slots: Vec<Slot<T>>,
@@ -106,8 +109,12 @@ pub struct Scheduler<T> {
     by_proportion: TagHeap,
     /// Backlogged tenants at their limit, by their head's limit tag.
     by_limit: TagHeap,
-    /// The largest proportional tag served in the weight phase: where that phase stands.
+    /// Where the weight phase stands: the largest start tag it has served (start-time fair
+    /// queueing's virtual time), never decreasing.
     virtual_time: f64,
+    /// The largest request cost seen: how much a tenant served late may catch up on its
+    /// limit.
+    largest_cost: u64,
     /// The latest `now` seen, in seconds; earlier values are read as this one.
     now: f64,
     queued: usize,
@@ -128,6 +135,7 @@ impl<T> Scheduler<T> {
             by_proportion: TagHeap::default(),
             by_limit: TagHeap::default(),
             virtual_time: 0.0,
+            largest_cost: 1,
             now: 0.0,
             queued: 0,
         }
@@ -162,8 +170,8 @@ impl<T> Scheduler<T> {
         now: Duration,
     ) -> Result<(), QosError> {
         let now = self.observe(now);
-        let virtual_time = self.virtual_time;
-        self.tenant_mut(tenant)?.reconfigure(qos, now, virtual_time);
+        let shared = self.shared();
+        self.tenant_mut(tenant)?.reconfigure(qos, now, shared);
         self.place(tenant.index(), now);
         Ok(())
     }
@@ -195,15 +203,17 @@ impl<T> Scheduler<T> {
         request: Request<T>,
         now: Duration,
     ) -> Result<(), QosError> {
+        self.tenant(tenant)?;
         let now = self.observe(now);
-        let virtual_time = self.virtual_time;
+        self.largest_cost = self.largest_cost.max(request.cost);
+        let shared = self.shared();
         let queued = Queued {
             payload: request.payload,
             cost: request.cost,
             charge: Charge::new(request.cost, request.rho, request.delta),
             arrival: now,
         };
-        if self.tenant_mut(tenant)?.push(queued, virtual_time) {
+        if self.tenant_mut(tenant)?.push(queued, shared) {
             self.place(tenant.index(), now);
         }
         self.queued += 1;
@@ -297,6 +307,14 @@ impl<T> Scheduler<T> {
             .ok_or(QosError::UnknownTenant(id))
     }
 
+    /// The scheduler-wide state a tenant's tags are computed against.
+    fn shared(&self) -> Shared {
+        Shared {
+            virtual_time: self.virtual_time,
+            limit_slack: self.largest_cost as f64,
+        }
+    }
+
     /// Seconds since the epoch, never earlier than a `now` already seen.
     fn observe(&mut self, now: Duration) -> f64 {
         self.now = self.now.max(now.as_secs_f64());
@@ -310,7 +328,10 @@ impl<T> Scheduler<T> {
                 break;
             }
             self.by_limit.remove(slot);
-            let head = self.live(slot).head();
+            let shared = self.shared();
+            let tenant = self.live_mut(slot);
+            tenant.release(shared);
+            let head = tenant.head();
             self.by_proportion.set(slot, head.proportion);
         }
     }
@@ -318,14 +339,14 @@ impl<T> Scheduler<T> {
     /// Takes the head of `slot`'s queue out in `phase` and re-indexes the tenant.
     fn dispatch(&mut self, slot: u32, phase: Phase, now: f64) -> Dispatch<T> {
         if phase == Phase::Weight {
-            let served = self.live(slot).head().proportion;
+            let served = self.live(slot).head().proportion_start;
             self.virtual_time = self.virtual_time.max(served);
         }
-        let virtual_time = self.virtual_time;
+        let shared = self.shared();
         let generation = self.slots[slot as usize].generation;
         let request = self
             .live_mut(slot)
-            .pop(phase, now, virtual_time)
+            .pop(phase, now, shared)
             .expect("an indexed tenant has a queued request");
         self.queued -= 1;
         self.place(slot, now);
@@ -454,19 +475,24 @@ mod tests {
     fn a_tenant_at_its_limit_reports_when_it_may_go() {
         let mut scheduler = Scheduler::new();
         let a = scheduler.add_tenant(qos(0.0, 1.0, Some(100.0)));
-        for i in 0..3 {
+        for i in 0..4 {
             scheduler
                 .enqueue(a, Request::new(i, 10), Duration::ZERO)
                 .expect("known tenant");
         }
+        // The limit has one request of slack: two go at once after an idle time...
         assert_eq!(dispatched(scheduler.dequeue(Duration::ZERO)).payload, 0);
-        // 10 units at 100/s: the next may start 0.1 s later, not before.
+        assert_eq!(dispatched(scheduler.dequeue(Duration::ZERO)).payload, 1);
+        // ...then one per 10 units at 100/s.
         let Decision::NextAt(at) = scheduler.dequeue(secs(0.05)) else {
             panic!("expected NextAt");
         };
         assert!(at >= secs(0.1) && at <= secs(0.1) + Duration::from_nanos(2));
-        assert_eq!(dispatched(scheduler.dequeue(at)).payload, 1);
-        assert!(matches!(scheduler.dequeue(at), Decision::NextAt(_)));
+        assert_eq!(dispatched(scheduler.dequeue(at)).payload, 2);
+        let Decision::NextAt(next) = scheduler.dequeue(at) else {
+            panic!("expected NextAt");
+        };
+        assert!(next >= secs(0.2) && next <= secs(0.2) + Duration::from_nanos(2));
     }
 
     #[test]
@@ -497,13 +523,24 @@ mod tests {
                 .enqueue(a, Request::new((), 10), Duration::ZERO)
                 .expect("known tenant");
         }
-        dispatched(scheduler.dequeue(Duration::ZERO));
+        assert_eq!(
+            dispatched(scheduler.dequeue(Duration::ZERO)).phase,
+            Phase::Reservation
+        );
+        // The limit's slack lets the weight phase take one more at once.
+        assert_eq!(
+            dispatched(scheduler.dequeue(Duration::ZERO)).phase,
+            Phase::Weight
+        );
         // Reservation and limit both put the next request at t = 1.
-        let Decision::NextAt(at) = scheduler.dequeue(Duration::ZERO) else {
-            panic!("expected NextAt");
-        };
-        assert_eq!(at, secs(1.0));
-        assert_eq!(dispatched(scheduler.dequeue(at)).phase, Phase::Reservation);
+        assert_eq!(
+            scheduler.dequeue(Duration::ZERO),
+            Decision::NextAt(secs(1.0))
+        );
+        assert_eq!(
+            dispatched(scheduler.dequeue(secs(1.0))).phase,
+            Phase::Reservation
+        );
     }
 
     #[test]
@@ -586,20 +623,24 @@ mod tests {
     fn raising_a_limit_takes_effect_at_once() {
         let mut scheduler = Scheduler::new();
         let a = scheduler.add_tenant(qos(0.0, 1.0, Some(1.0)));
-        for i in 0..3 {
+        for i in 0..4 {
             scheduler
                 .enqueue(a, Request::new(i, 100), Duration::ZERO)
                 .expect("known tenant");
         }
         dispatched(scheduler.dequeue(Duration::ZERO));
-        // At 1/s the next 100 units may start at t = 100.
+        dispatched(scheduler.dequeue(Duration::ZERO));
+        // 200 units at 1/s, less one request of slack: the next may start at t = 100.
         assert_eq!(scheduler.dequeue(secs(1.0)), Decision::NextAt(secs(100.0)));
-        // At t = 1 the limit goes to 100/s: 100 units after t = 0 is t = 1, now.
+        // At t = 1 the limit goes to 100/s: the 199 s still owed become 1.99 s.
         scheduler
             .update_tenant(a, qos(0.0, 1.0, Some(100.0)), secs(1.0))
             .expect("known tenant");
-        assert_eq!(dispatched(scheduler.dequeue(secs(1.0))).payload, 1);
-        assert_eq!(scheduler.dequeue(secs(1.0)), Decision::NextAt(secs(2.0)));
+        let Decision::NextAt(at) = scheduler.dequeue(secs(1.0)) else {
+            panic!("expected NextAt");
+        };
+        assert!((at.as_secs_f64() - 1.99).abs() < 1e-9, "{at:?}");
+        assert_eq!(dispatched(scheduler.dequeue(at)).payload, 2);
     }
 
     #[test]
@@ -623,12 +664,12 @@ mod tests {
     fn time_never_runs_backwards() {
         let mut scheduler = Scheduler::new();
         let a = scheduler.add_tenant(qos(0.0, 1.0, Some(10.0)));
-        scheduler
-            .enqueue(a, Request::new((), 10), secs(5.0))
-            .expect("known tenant");
-        scheduler
-            .enqueue(a, Request::new((), 10), secs(5.0))
-            .expect("known tenant");
+        for _ in 0..3 {
+            scheduler
+                .enqueue(a, Request::new((), 10), secs(5.0))
+                .expect("known tenant");
+        }
+        dispatched(scheduler.dequeue(secs(5.0)));
         dispatched(scheduler.dequeue(secs(5.0)));
         // A caller passing an older instant is read as 5 s: the next is still due at 6 s.
         assert_eq!(scheduler.dequeue(secs(1.0)), Decision::NextAt(secs(6.0)));

@@ -74,13 +74,36 @@ impl Rates {
     }
 }
 
+/// How a tenant's head request joins the weight phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Rejoin {
+    /// It kept competing: it keeps its place in line.
+    Stay,
+    /// It was idle: it starts where the weight phase stands, with no credit.
+    FromIdle,
+    /// It was held at its limit: it keeps at most one request's worth of the place it had.
+    FromLimit,
+}
+
+/// What a tenant's tags depend on beyond its own clocks: the scheduler-wide state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Shared {
+    /// Where the weight phase stands (start-time fair queueing's virtual time).
+    pub(crate) virtual_time: f64,
+    /// The limit's tolerance in cost units: the largest request seen.
+    pub(crate) limit_slack: f64,
+}
+
 /// The tags of a tenant's head request — the only request whose tags exist (see
 /// [`Chains::head`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Tags {
     /// Due time in the constraint phase; `+∞` without a reservation.
     pub(crate) reservation: f64,
-    /// Order in the weight phase, in virtual time.
+    /// Where the request starts in the weight phase, in virtual time: the proportional tag
+    /// less this request's increment.
+    pub(crate) proportion_start: f64,
+    /// Order in the weight phase, in virtual time: the smallest goes first.
     pub(crate) proportion: f64,
     /// Earliest time the weight phase may serve it; `-∞` without a limit.
     pub(crate) limit: f64,
@@ -94,12 +117,11 @@ pub(crate) struct Chains {
     /// No reservation is owed for time before this (the last change of the reservation).
     reservation_since: f64,
     /// Proportional tag of the last request, less its increment if it was served by
-    /// reservation.
+    /// reservation: where the next request starts in the weight phase.
     proportion: f64,
-    /// Limit tag of the last request.
+    /// When the next request would start if the tenant were served at exactly its limit (a
+    /// GCRA "theoretical arrival time"): each dispatch moves it `δ·c/L` past `max(itself, now)`.
     limit: f64,
-    /// When the last request was dispatched.
-    last_dispatch: f64,
 }
 
 impl Default for Chains {
@@ -109,7 +131,6 @@ impl Default for Chains {
             reservation_since: f64::NEG_INFINITY,
             proportion: f64::NEG_INFINITY,
             limit: f64::NEG_INFINITY,
-            last_dispatch: f64::NEG_INFINITY,
         }
     }
 }
@@ -123,20 +144,25 @@ impl Chains {
     /// - reservation: `max(R' + ρ·c/R, arrival)` — the paper's tag. The floor at the arrival
     ///   time stops an idle tenant banking reservation; chaining from `R'` (not from the
     ///   dispatch time) lets a request that waited behind a neighbour's be caught up.
-    /// - proportion: `P' + (δ − ρ + 1)·c/W`, first raised to the virtual time `V` when
-    ///   `resync` is set — on the tenant's return from idle and after each weight-phase
-    ///   dispatch, so a tenant neither banks credit while away nor lags behind the weight phase
-    ///   while held at its limit. After a reservation-phase dispatch it keeps its place in line.
-    /// - limit: `max(L' + δ·c/L, max(arrival, last dispatch))` — the paper's tag, taken when
-    ///   the request reaches the head rather than on arrival, so that a tenant held back (by
-    ///   its neighbours, or with requests queued long ago) catches up by one request at most.
+    /// - proportion: `P' + (δ − ρ + 1)·c/W`, where `P'` (the request's start) is first raised
+    ///   to the virtual time `V` when the tenant returns from idle, so that time away is
+    ///   neither credit nor debt, and to `V` less one largest request when it comes out from
+    ///   behind its limit. That much lag is what a tenant under its limit on average builds
+    ///   up while briefly held (its requests bunch up behind a reservation-phase dispatch, say)
+    ///   and must keep to get its share; a tenant truly capped by its limit would otherwise
+    ///   build up lag without end, and spend it as a burst once no longer capped. A tenant
+    ///   that keeps competing keeps its exact place in line.
+    /// - limit: the limit clock less a tolerance of `limit_slack` cost units at rate L — a
+    ///   leaky bucket one request deep. The scheduler passes the largest request it has seen,
+    ///   so a tenant served late because a neighbour's request was in service catches up
+    ///   instead of losing that time, and no more.
     pub(crate) fn head(
         &self,
         rates: &Rates,
         charge: Charge,
         arrival: f64,
-        virtual_time: f64,
-        resync: bool,
+        shared: Shared,
+        rejoin: Rejoin,
     ) -> Tags {
         let cost = charge.cost;
         let reservation = if rates.has_reservation() {
@@ -145,20 +171,22 @@ impl Chains {
         } else {
             f64::INFINITY
         };
-        let start = if resync {
-            self.proportion.max(virtual_time)
-        } else {
-            self.proportion
+        let proportion_start = match rejoin {
+            Rejoin::Stay => self.proportion,
+            Rejoin::FromIdle => self.proportion.max(shared.virtual_time),
+            Rejoin::FromLimit => self
+                .proportion
+                .max(shared.virtual_time - shared.limit_slack * rates.weight),
         };
-        let proportion = start + charge.weight_count() * cost * rates.weight;
+        let proportion = proportion_start + charge.weight_count() * cost * rates.weight;
         let limit = if rates.has_limit() {
-            let chained = self.limit + charge.delta * cost * rates.limit;
-            chained.max(arrival.max(self.last_dispatch))
+            self.limit - shared.limit_slack * rates.limit
         } else {
             f64::NEG_INFINITY
         };
         Tags {
             reservation,
+            proportion_start,
             proportion,
             limit,
         }
@@ -171,7 +199,8 @@ impl Chains {
     /// the phase that did *not* serve it gets this request's own increment back (the paper's
     /// weight-phase adjustment of the reservation tag, and its mirror image for the
     /// proportional tag). Service elsewhere (ρ − 1, δ − ρ) stays charged. The limit clock is
-    /// charged whatever the phase.
+    /// charged whatever the phase, from `now` if it had fallen behind: unused limit is not
+    /// saved up.
     pub(crate) fn dispatched(
         &mut self,
         rates: &Rates,
@@ -193,9 +222,8 @@ impl Chains {
             }
         }
         if rates.has_limit() {
-            self.limit = head.limit;
+            self.limit = self.limit.max(now) + charge.delta * charge.cost * rates.limit;
         }
-        self.last_dispatch = now;
     }
 
     /// Carries the clocks over a change of R/W/L at `now`.
@@ -239,6 +267,13 @@ fn rescale(tag: f64, now: f64, factor: f64) -> f64 {
 mod tests {
     use super::*;
 
+    fn at(virtual_time: f64, limit_slack: f64) -> Shared {
+        Shared {
+            virtual_time,
+            limit_slack,
+        }
+    }
+
     fn rates(reservation: f64, weight: f64, limit: Option<f64>) -> Rates {
         Rates::of(&TenantQos::new(reservation, weight, limit).expect("valid qos"))
     }
@@ -264,31 +299,46 @@ mod tests {
     #[test]
     fn first_request_is_eligible_on_arrival() {
         let r = rates(5.0, 2.0, Some(20.0));
-        let tags = Chains::default().head(&r, ONE, 7.0, 100.0, true);
+        let tags = Chains::default().head(&r, ONE, 7.0, at(100.0, 0.0), Rejoin::FromIdle);
         assert_eq!(tags.reservation, 7.0);
+        assert_eq!(
+            tags.proportion_start, 100.0,
+            "starts where the weight phase stands"
+        );
         assert_eq!(tags.proportion, 100.0 + 10.0 / 2.0);
-        assert_eq!(tags.limit, 7.0);
+        assert_eq!(tags.limit, f64::NEG_INFINITY);
     }
 
     #[test]
     fn reservation_chains_and_an_idle_tenant_banks_nothing() {
         let r = rates(5.0, 1.0, None);
         let mut chains = Chains::default();
-        let first = chains.head(&r, ONE, 0.0, 0.0, true);
+        let first = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
         chains.dispatched(&r, first, ONE, Phase::Reservation, 0.0);
         // Queued behind it: due one cost/R later, even if served late.
-        assert_eq!(chains.head(&r, ONE, 0.0, 0.0, false).reservation, 2.0);
+        assert_eq!(
+            chains
+                .head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::Stay)
+                .reservation,
+            2.0
+        );
         // Arriving after a long idle time: due on arrival, not 58 s in the past.
-        assert_eq!(chains.head(&r, ONE, 60.0, 0.0, true).reservation, 60.0);
+        assert_eq!(
+            chains
+                .head(&r, ONE, 60.0, at(0.0, 0.0), Rejoin::FromIdle)
+                .reservation,
+            60.0
+        );
     }
 
     #[test]
     fn weight_phase_service_is_refunded_to_the_reservation_and_the_reverse() {
         let r = rates(5.0, 2.0, None);
         let mut chains = Chains::default();
-        let head = chains.head(&r, ONE, 0.0, 0.0, true);
+        let head = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
+        assert_eq!((head.reservation, head.proportion), (0.0, 5.0));
         chains.dispatched(&r, head, ONE, Phase::Weight, 0.0);
-        let next = chains.head(&r, ONE, 0.0, 5.0, true);
+        let next = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::Stay);
         assert_eq!(next.reservation, 0.0, "reservation still owed from time 0");
         assert_eq!(
             next.proportion, 10.0,
@@ -296,14 +346,16 @@ mod tests {
         );
 
         let mut chains = Chains::default();
-        let head = chains.head(&r, ONE, 0.0, 0.0, true);
+        let head = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
         chains.dispatched(&r, head, ONE, Phase::Reservation, 0.0);
-        // Even though the weight phase moved on to 3 meanwhile, it keeps its place.
-        let next = chains.head(&r, ONE, 0.0, 3.0, false);
-        assert_eq!(next.reservation, 2.0);
+        let next = chains.head(&r, ONE, 0.0, at(3.0, 0.0), Rejoin::Stay);
+        assert_eq!(
+            next.reservation, 2.0,
+            "reservation service moved the reservation clock"
+        );
         assert_eq!(
             next.proportion, 5.0,
-            "reservation service left the weight clock alone"
+            "and left its place in the weight phase alone"
         );
     }
 
@@ -311,33 +363,69 @@ mod tests {
     fn proportional_tag_resyncs_to_virtual_time() {
         let r = rates(0.0, 1.0, None);
         let mut chains = Chains::default();
-        let head = chains.head(&r, ONE, 0.0, 0.0, true);
+        let head = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
         chains.dispatched(&r, head, ONE, Phase::Weight, 0.0);
         // Others moved the weight phase on to 1000 while this tenant was away.
-        assert_eq!(chains.head(&r, ONE, 5.0, 1000.0, true).proportion, 1010.0);
+        assert_eq!(
+            chains
+                .head(&r, ONE, 5.0, at(1000.0, 0.0), Rejoin::FromIdle)
+                .proportion,
+            1010.0
+        );
+        // Without a re-sync (it kept competing), it keeps its place.
+        assert_eq!(
+            chains
+                .head(&r, ONE, 5.0, at(1000.0, 0.0), Rejoin::Stay)
+                .proportion,
+            20.0
+        );
         // A tenant ahead of the weight phase stays ahead.
-        assert_eq!(chains.head(&r, ONE, 5.0, 0.0, true).proportion, 20.0);
+        assert_eq!(
+            chains
+                .head(&r, ONE, 5.0, at(0.0, 0.0), Rejoin::FromIdle)
+                .proportion,
+            20.0
+        );
     }
 
     #[test]
-    fn limit_chains_and_catches_up_one_request_at_most() {
+    fn limit_is_a_leaky_bucket_with_one_request_of_slack() {
         let r = rates(0.0, 1.0, Some(5.0));
         let mut chains = Chains::default();
-        let head = chains.head(&r, ONE, 0.0, 0.0, true);
-        assert_eq!(head.limit, 0.0, "the first request may start at once");
+        let head = chains.head(&r, ONE, 0.0, at(0.0, 10.0), Rejoin::FromIdle);
+        assert_eq!(
+            head.limit,
+            f64::NEG_INFINITY,
+            "the first request may start at once"
+        );
         chains.dispatched(&r, head, ONE, Phase::Weight, 0.0);
-        let next = chains.head(&r, ONE, 0.0, 0.0, false);
-        assert_eq!(next.limit, 2.0, "10 units at 5/s");
-        // Served 1 s late (at 3): the next is still due at 4, catching up.
-        chains.dispatched(&r, next, ONE, Phase::Weight, 3.0);
-        assert_eq!(chains.head(&r, ONE, 0.0, 0.0, false).limit, 4.0);
-        // Served 8 s late (at 12): the next may go at once, but the one after waits.
-        let next = chains.head(&r, ONE, 0.0, 0.0, false);
-        chains.dispatched(&r, next, ONE, Phase::Weight, 12.0);
-        let next = chains.head(&r, ONE, 0.0, 0.0, false);
-        assert_eq!(next.limit, 12.0);
-        chains.dispatched(&r, next, ONE, Phase::Weight, 12.0);
-        assert_eq!(chains.head(&r, ONE, 0.0, 0.0, false).limit, 14.0);
+        // 10 units at 5/s: at exactly the limit the next starts at 2; with 10 units of slack
+        // it may start at once.
+        assert_eq!(
+            chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::Stay).limit,
+            2.0
+        );
+        assert_eq!(
+            chains.head(&r, ONE, 0.0, at(0.0, 10.0), Rejoin::Stay).limit,
+            0.0
+        );
+        // Served late, at 2.5 (a neighbour's request was in service): with the slack the next
+        // may go at 2.5, so the half second is caught up; without it, not before 4.5.
+        chains.dispatched(&r, head, ONE, Phase::Weight, 2.5);
+        assert_eq!(
+            chains.head(&r, ONE, 0.0, at(0.0, 10.0), Rejoin::Stay).limit,
+            2.5
+        );
+        assert_eq!(
+            chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::Stay).limit,
+            4.5
+        );
+        // Served 8 s late, at 12: unused limit is not saved up beyond the slack.
+        chains.dispatched(&r, head, ONE, Phase::Weight, 12.0);
+        assert_eq!(
+            chains.head(&r, ONE, 0.0, at(0.0, 10.0), Rejoin::Stay).limit,
+            12.0
+        );
     }
 
     #[test]
@@ -346,12 +434,13 @@ mod tests {
         // 3 requests served elsewhere since the last one here: 1 by reservation, 2 by weight.
         let charge = Charge::new(10, 2, 4);
         let mut chains = Chains::default();
-        let first = chains.head(&r, ONE, 0.0, 0.0, true);
+        let first = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
         chains.dispatched(&r, first, ONE, Phase::Weight, 0.0);
-        let tags = chains.head(&r, charge, 0.0, 0.0, true);
+        let tags = chains.head(&r, charge, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
         assert_eq!(tags.reservation, -2.0 + 2.0 * 2.0);
         assert_eq!(tags.proportion, 5.0 + 3.0 * 5.0);
-        assert_eq!(tags.limit, 0.0 + 4.0 * 1.0);
+        chains.dispatched(&r, tags, charge, Phase::Weight, 0.0);
+        assert_eq!(chains.limit, 1.0 + 4.0 * 1.0);
     }
 
     #[test]
@@ -387,6 +476,11 @@ mod tests {
         };
         chains.reconfigure(&old, &new, 50.0);
         // The queued head arrived at 0, but no reservation is owed before the change at 50.
-        assert_eq!(chains.head(&new, ONE, 0.0, 0.0, false).reservation, 50.0);
+        assert_eq!(
+            chains
+                .head(&new, ONE, 0.0, at(0.0, 0.0), Rejoin::Stay)
+                .reservation,
+            50.0
+        );
     }
 }

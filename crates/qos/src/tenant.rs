@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::fmt;
 
 use crate::error::QosError;
-use crate::tag::{Chains, Charge, Phase, Rates, Tags};
+use crate::tag::{Chains, Charge, Phase, Rates, Rejoin, Shared, Tags};
 
 /// A tenant's handle in one [`Scheduler`](crate::Scheduler), handed out by
 /// [`add_tenant`](crate::Scheduler::add_tenant).
@@ -124,9 +124,8 @@ pub(crate) struct Tenant<T> {
     queued_cost: u64,
     chains: Chains,
     head: Tags,
-    /// Whether the head's proportional tag was re-synced to the virtual time (see
-    /// [`Chains::head`]).
-    head_resynced: bool,
+    /// How the head joined the weight phase (see [`Chains::head`]).
+    head_rejoin: Rejoin,
     stats: TenantStats,
 }
 
@@ -140,10 +139,11 @@ impl<T> Tenant<T> {
             chains: Chains::default(),
             head: Tags {
                 reservation: f64::INFINITY,
+                proportion_start: 0.0,
                 proportion: 0.0,
                 limit: f64::NEG_INFINITY,
             },
-            head_resynced: true,
+            head_rejoin: Rejoin::FromIdle,
             stats: TenantStats::default(),
         }
     }
@@ -179,19 +179,19 @@ impl<T> Tenant<T> {
 
     /// Appends a request; returns true if it became the head (the tenant was idle), in which
     /// case its tags have been computed.
-    pub(crate) fn push(&mut self, request: Queued<T>, virtual_time: f64) -> bool {
+    pub(crate) fn push(&mut self, request: Queued<T>, shared: Shared) -> bool {
         self.queued_cost = self.queued_cost.saturating_add(request.cost);
         self.queue.push_back(request);
         let became_head = self.queue.len() == 1;
         if became_head {
-            self.head_resynced = true;
-            self.retag(virtual_time);
+            self.head_rejoin = Rejoin::FromIdle;
+            self.retag(shared);
         }
         became_head
     }
 
     /// Takes the head request out, dispatched at `now` in `phase`, and tags the next one.
-    pub(crate) fn pop(&mut self, phase: Phase, now: f64, virtual_time: f64) -> Option<Queued<T>> {
+    pub(crate) fn pop(&mut self, phase: Phase, now: f64, shared: Shared) -> Option<Queued<T>> {
         let request = self.queue.pop_front()?;
         self.queued_cost = self.queued_cost.saturating_sub(request.cost);
         self.chains
@@ -202,18 +202,27 @@ impl<T> Tenant<T> {
             self.stats.reservation_requests += 1;
             self.stats.reservation_cost = self.stats.reservation_cost.saturating_add(request.cost);
         }
-        self.head_resynced = phase == Phase::Weight;
-        self.retag(virtual_time);
+        self.head_rejoin = Rejoin::Stay;
+        self.retag(shared);
         Some(request)
     }
 
+    /// The head comes out from behind its limit: its place in the weight phase is re-synced
+    /// (see [`Rejoin::FromLimit`]), so that time held at the limit is not credit there.
+    pub(crate) fn release(&mut self, shared: Shared) {
+        if self.head_rejoin == Rejoin::Stay {
+            self.head_rejoin = Rejoin::FromLimit;
+        }
+        self.retag(shared);
+    }
+
     /// Swaps R/W/L at `now`, carrying the clocks over, and re-tags the head.
-    pub(crate) fn reconfigure(&mut self, qos: TenantQos, now: f64, virtual_time: f64) {
+    pub(crate) fn reconfigure(&mut self, qos: TenantQos, now: f64, shared: Shared) {
         let rates = Rates::of(&qos);
         self.chains.reconfigure(&self.rates, &rates, now);
         self.qos = qos;
         self.rates = rates;
-        self.retag(virtual_time);
+        self.retag(shared);
     }
 
     /// Empties the queue, oldest first.
@@ -222,14 +231,14 @@ impl<T> Tenant<T> {
         self.queue.drain(..).map(|queued| queued.payload).collect()
     }
 
-    fn retag(&mut self, virtual_time: f64) {
+    fn retag(&mut self, shared: Shared) {
         if let Some(front) = self.queue.front() {
             self.head = self.chains.head(
                 &self.rates,
                 front.charge,
                 front.arrival,
-                virtual_time,
-                self.head_resynced,
+                shared,
+                self.head_rejoin,
             );
         }
     }
@@ -281,10 +290,14 @@ mod tests {
             charge: Charge::new(cost, 1, 1),
             arrival: 0.0,
         };
-        assert!(tenant.push(request('a', 3), 0.0));
-        assert!(!tenant.push(request('b', 4), 0.0));
+        let shared = Shared {
+            virtual_time: 0.0,
+            limit_slack: 0.0,
+        };
+        assert!(tenant.push(request('a', 3), shared));
+        assert!(!tenant.push(request('b', 4), shared));
         assert_eq!((tenant.queue_len(), tenant.queued_cost()), (2, 7));
-        let popped = tenant.pop(Phase::Reservation, 0.0, 0.0).expect("queued");
+        let popped = tenant.pop(Phase::Reservation, 0.0, shared).expect("queued");
         assert_eq!(popped.payload, 'a');
         assert_eq!(tenant.queued_cost(), 4);
         assert_eq!(tenant.drain(), vec!['b']);

@@ -209,6 +209,36 @@ fn a_limited_tenant_idle_for_a_minute_gains_no_burst() {
 }
 
 #[test]
+fn a_tenant_no_longer_held_by_its_limit_gains_no_burst() {
+    // For 30 s A is held to its limit of 30 MiB/s (B takes the other 70). Then C arrives with
+    // weight 8 and A's share by weight drops to 10. Had A been building up credit for the
+    // share its limit kept it from, it would now keep taking 30 for a long while.
+    let a = qos(0.0, 1.0, Some(30.0));
+    let b = qos(0.0, 1.0, None);
+    let c = qos(0.0, 8.0, None);
+    let loads = [
+        Load::saturating(a, GRAIN),
+        Load::saturating(b, GRAIN),
+        Load::saturating(c, GRAIN).between(30.0, f64::INFINITY),
+    ];
+    let run = simulate(C, &loads, 40.0, &mut Rng::new(10));
+    assert!(
+        run.rate(0, 0.0, 30.0) >= mib(30.0) * 0.98,
+        "A was at its limit"
+    );
+    let shares = allocation(C, &[a, b, c]);
+    for (i, share) in shares.iter().enumerate() {
+        let got = run.served(i, 30.0, 31.0) as f64;
+        assert!(
+            (got - share).abs() <= 0.05 * share + 2.0 * GRAIN as f64,
+            "tenant {i} got {:.1} MiB in the second after C arrived, its share is {:.1}",
+            in_mib(got),
+            in_mib(*share)
+        );
+    }
+}
+
+#[test]
 fn a_new_tenant_gets_its_reservation_within_one_grain() {
     // A and B saturate with large weights and reservations. N (reserved 30, weight 0.1: by
     // weight it would get almost nothing) arrives at t = 20 s.

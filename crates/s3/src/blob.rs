@@ -5,13 +5,17 @@
 //! boundary is built into the store handle, not checked per call. Blob names are generated
 //! here (`<bucket>/<random id>`), never derived from object keys.
 //!
-//! Writes stream: a body is cut into parts of [`PART_SIZE`] and uploaded with at most
+//! Writes stream: a body is cut into parts of the store's part size (a grain on the local
+//! filesystem, at least 5 MiB on S3 backends, which require it) and uploaded with at most
 //! [`PARTS_IN_FLIGHT`] parts outstanding, so a request holds at most
-//! `PART_SIZE × (PARTS_IN_FLIGHT + 1)` bytes whatever the object's size. A body shorter than
+//! `part size × (PARTS_IN_FLIGHT + 1)` bytes whatever the object's size. A body shorter than
 //! one part is a single `put`. On the local filesystem both paths write a temporary file,
 //! fsync it and rename it into place; a blob is therefore whole or absent.
 //!
-//! Reads fetch ranges of at most [`GRAIN`] bytes, one ahead of the sender.
+//! Reads fetch ranges of at most one grain, one ahead of the sender. Every backend transfer,
+//! in and out, is admitted through the tenant's [`Pacer`] right before it is issued, with its
+//! size as its cost: the throughput scheduler therefore decides the order in which the
+//! backend sees work, not merely the pace at which clients' bytes are received.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -28,12 +32,16 @@ use sluice_meta::{Reservation, Segment};
 
 use crate::error::{ApiError, ApiResult};
 
-/// Size of one uploaded part (S3 requires at least 5 MiB for all but the last).
-pub const PART_SIZE: usize = 8 * 1024 * 1024;
+/// The largest transfer issued to the backend at once on reads, and the part size on backends
+/// that accept small parts, when no throughput scheduler is configured (which sets its own
+/// grain, 1 MiB by default): larger transfers cost less per byte.
+pub const DEFAULT_GRAIN: u64 = 4 * 1024 * 1024;
+/// S3 requires parts of at least 5 MiB (all but the last); S3 backends use this part size.
+pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 /// Parts uploading concurrently per request.
 pub const PARTS_IN_FLIGHT: usize = 2;
-/// Largest range fetched from the backend at once on reads.
-pub const GRAIN: u64 = 4 * 1024 * 1024;
+/// Grains fetched ahead of the one being sent, per GET.
+pub const READ_AHEAD: usize = 2;
 
 /// An object's bytes as a stream that is `Send + Sync` (what s3s bodies require).
 ///
@@ -53,6 +61,50 @@ impl Stream for ReadStream {
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)
             .poll_next_unpin(cx)
+    }
+}
+
+/// Admission and accounting of body bytes for one request: every grain passes the tenant's
+/// throughput scheduler (when one is configured) and is counted in its metrics.
+#[derive(Clone)]
+pub struct Pacer {
+    pub tenant: Arc<str>,
+    pub throttle: Option<Arc<sluice_throttle::Throttle>>,
+    pub metrics: Arc<sluice_metrics::TenantMetrics>,
+}
+
+impl Pacer {
+    /// A pacer that admits everything at once and records into throwaway metrics (internal
+    /// readers such as the node agent's drain).
+    pub fn unthrottled(tenant: &str) -> Self {
+        Self {
+            tenant: Arc::from(tenant),
+            throttle: None,
+            metrics: Arc::default(),
+        }
+    }
+
+    /// Admits bytes the backend copies on its own (server-side copy).
+    pub async fn admit_copy(&self, bytes: u64) {
+        if let Some(t) = &self.throttle {
+            let waited = t.admit_bytes(&self.tenant, bytes).await;
+            self.metrics.queue_wait_seconds.observe(waited);
+        }
+    }
+
+    async fn admit(&self, bytes: u64, inbound: bool) {
+        if bytes == 0 {
+            return;
+        }
+        if let Some(t) = &self.throttle {
+            let waited = t.admit_bytes(&self.tenant, bytes).await;
+            self.metrics.queue_wait_seconds.observe(waited);
+        }
+        if inbound {
+            self.metrics.add_bytes_in(bytes);
+        } else {
+            self.metrics.add_bytes_out(bytes);
+        }
     }
 }
 
@@ -92,6 +144,8 @@ pub struct BodyLimits {
 pub struct BlobStore {
     root: Arc<dyn ObjectStore>,
     tenants: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
+    grain: u64,
+    part_size: u64,
 }
 
 /// The backend prefix under which a tenant's blobs live.
@@ -100,10 +154,13 @@ pub fn tenant_root(tenant: &str) -> Path {
 }
 
 impl BlobStore {
-    pub fn new(root: Arc<dyn ObjectStore>) -> Self {
+    /// A store reading in `grain`-sized ranges and writing `part_size` parts.
+    pub fn new(root: Arc<dyn ObjectStore>, grain: u64, part_size: u64) -> Self {
         Self {
             root,
             tenants: RwLock::default(),
+            grain: grain.max(64 * 1024),
+            part_size: part_size.max(64 * 1024),
         }
     }
 
@@ -143,7 +200,7 @@ impl BlobStore {
     /// length was not declared. On any error nothing is left visible under `name`.
     pub async fn write<S, E>(
         &self,
-        tenant: &str,
+        pacer: &Pacer,
         name: &str,
         body: S,
         limits: BodyLimits,
@@ -153,10 +210,20 @@ impl BlobStore {
         S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
         E: std::fmt::Display,
     {
-        let store = self.tenant(tenant);
+        let store = self.tenant(&pacer.tenant);
         let path = Path::from(name);
         let mut upload: Option<Box<dyn MultipartUpload>> = None;
-        let result = write_inner(&store, &path, body, limits, reservation, &mut upload).await;
+        let result = write_inner(
+            &store,
+            &path,
+            body,
+            limits,
+            reservation,
+            pacer,
+            self.part_size,
+            &mut upload,
+        )
+        .await;
         if result.is_err()
             && let Some(mut u) = upload
             && let Err(e) = u.abort().await
@@ -167,8 +234,9 @@ impl BlobStore {
     }
 
     /// The bytes `range` of an object made of `segments`, fetched a grain at a time.
-    pub fn read(&self, tenant: &str, segments: &[Segment], range: Range<u64>) -> ReadStream {
-        let store = self.tenant(tenant);
+    pub fn read(&self, pacer: &Pacer, segments: &[Segment], range: Range<u64>) -> ReadStream {
+        let store = self.tenant(&pacer.tenant);
+        let pacer = pacer.clone();
         let mut grains = Vec::new();
         let mut base = 0;
         for seg in segments {
@@ -178,7 +246,7 @@ impl BlobStore {
             let hi = range.end.min(end);
             let mut at = lo;
             while at < hi {
-                let to = hi.min(at + GRAIN);
+                let to = hi.min(at + self.grain);
                 grains.push((Path::from(seg.blob.as_str()), (at - start)..(to - start)));
                 at = to;
             }
@@ -186,9 +254,13 @@ impl BlobStore {
         let stream = stream::iter(grains)
             .map(move |(path, r)| {
                 let store = Arc::clone(&store);
-                async move { store.get_range(&path, r).await }
+                let pacer = pacer.clone();
+                async move {
+                    pacer.admit(r.end - r.start, false).await;
+                    store.get_range(&path, r).await
+                }
             })
-            .buffered(2)
+            .buffered(READ_AHEAD)
             .boxed();
         ReadStream(std::sync::Mutex::new(stream))
     }
@@ -236,6 +308,8 @@ async fn write_inner<S, E>(
     mut body: S,
     limits: BodyLimits,
     reservation: &mut Reservation,
+    pacer: &Pacer,
+    part_size: u64,
     upload: &mut Option<Box<dyn MultipartUpload>>,
 ) -> ApiResult<Written>
 where
@@ -260,8 +334,9 @@ where
         }
         md5.update(&chunk);
         buf.push(chunk);
-        if buf.content_length() >= PART_SIZE {
+        if buf.content_length() as u64 >= part_size {
             let part = std::mem::take(&mut buf).freeze();
+            pacer.admit(part.content_length() as u64, true).await;
             if upload.is_none() {
                 *upload = Some(store.put_multipart(path).await?);
             }
@@ -278,13 +353,15 @@ where
     if limits.declared.is_some_and(|d| size < d) {
         return Err(ApiError::IncompleteBody);
     }
+    let rest = buf.freeze();
+    pacer.admit(rest.content_length() as u64, true).await;
     match upload.as_mut() {
         None => {
-            store.put(path, buf.freeze()).await?;
+            store.put(path, rest).await?;
         }
         Some(u) => {
-            if buf.content_length() > 0 {
-                in_flight.push(u.put_part(buf.freeze()));
+            if rest.content_length() > 0 {
+                in_flight.push(u.put_part(rest));
             }
             while let Some(r) = in_flight.next().await {
                 r?;

@@ -44,6 +44,8 @@ pub enum ApiError {
     NotImplemented(&'static str),
     #[error("access denied")]
     AccessDenied,
+    #[error("{0}")]
+    SlowDown(#[from] sluice_throttle::Throttled),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -112,6 +114,17 @@ pub fn to_s3(e: ApiError) -> S3Error {
         ApiError::InvalidRequest(_) => with(C::InvalidRequest, msg),
         ApiError::NotImplemented(_) => with(C::NotImplemented, msg),
         ApiError::AccessDenied => with(C::AccessDenied, msg),
+        ApiError::SlowDown(t) => {
+            let mut err = with(C::SlowDown, msg);
+            err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+            let mut headers = http::HeaderMap::new();
+            headers.insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from(t.retry_after.as_secs().max(1)),
+            );
+            err.set_headers(headers);
+            err
+        }
         ApiError::Internal(_) => internal(&msg),
     }
 }

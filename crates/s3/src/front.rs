@@ -20,8 +20,11 @@ use s3s::dto::{self, Timestamp};
 use s3s::{S3, S3Request, S3Response, S3Result};
 use sluice_meta::{Catalog, MetaError};
 
+use sluice_metrics::Metrics;
+use sluice_throttle::Throttle;
+
 use crate::auth::Caller;
-use crate::blob::BlobStore;
+use crate::blob::{BlobStore, Pacer};
 use crate::error::{ApiError, ApiResult};
 
 /// Settings of the front end.
@@ -42,17 +45,91 @@ struct Inner {
     catalog: Arc<Catalog>,
     blobs: Arc<BlobStore>,
     config: FrontConfig,
+    throttle: Option<Arc<Throttle>>,
+    metrics: Arc<Metrics>,
 }
 
 impl Front {
     pub fn new(catalog: Arc<Catalog>, blobs: Arc<BlobStore>, config: FrontConfig) -> Self {
+        Self::with_throttle(catalog, blobs, config, None, Arc::default())
+    }
+
+    /// A front end whose operations and body grains pass `throttle`, recording `metrics`.
+    pub fn with_throttle(
+        catalog: Arc<Catalog>,
+        blobs: Arc<BlobStore>,
+        config: FrontConfig,
+        throttle: Option<Arc<Throttle>>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 catalog,
                 blobs,
                 config,
+                throttle,
+                metrics,
             }),
         }
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.inner.metrics
+    }
+
+    pub fn throttle(&self) -> Option<&Arc<Throttle>> {
+        self.inner.throttle.as_ref()
+    }
+
+    fn pacer(&self, tenant: &str) -> Pacer {
+        Pacer {
+            tenant: Arc::from(tenant),
+            throttle: self.inner.throttle.clone(),
+            metrics: self.inner.metrics.tenant(tenant),
+        }
+    }
+
+    /// Runs one operation for the caller: admission of its per-operation cost (or
+    /// `SlowDown`), then the handler, then metrics.
+    async fn run<T, F, Fut>(
+        &self,
+        op: &'static str,
+        tenant: Arc<str>,
+        f: F,
+    ) -> S3Result<S3Response<T>>
+    where
+        F: FnOnce(Arc<str>) -> Fut,
+        Fut: std::future::Future<Output = ApiResult<T>>,
+    {
+        let started = std::time::Instant::now();
+        let metrics = self.inner.metrics.tenant(&tenant);
+        let admitted = match &self.inner.throttle {
+            None => Ok(()),
+            Some(t) => t
+                .admit_op(&tenant)
+                .await
+                .map(|waited| metrics.queue_wait_seconds.observe(waited)),
+        };
+        let result = match admitted {
+            Ok(()) => f(tenant).await,
+            Err(throttled) => {
+                metrics
+                    .throttled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Err(ApiError::SlowDown(throttled))
+            }
+        };
+        if matches!(result, Err(ApiError::Meta(MetaError::QuotaExceeded { .. }))) {
+            metrics
+                .quota_refused
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        metrics.op(
+            op,
+            if result.is_ok() { "ok" } else { "error" },
+            started.elapsed(),
+        );
+        Ok(S3Response::new(result?))
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
@@ -104,8 +181,19 @@ fn etag(hex: &str) -> dto::ETag {
     dto::ETag::Strong(hex.to_owned())
 }
 
-fn ok<T>(output: T) -> S3Result<S3Response<T>> {
-    Ok(S3Response::new(output))
+/// Delegates an S3 trait method to its `*_op` handler through [`Front::run`].
+macro_rules! op {
+    ($self:ident, $req:ident, $name:literal, $handler:ident) => {{
+        let tenant = caller(&$req)?;
+        let input = $req.input;
+        $self
+            .run(
+                $name,
+                tenant,
+                |t| async move { $self.$handler(&t, input).await },
+            )
+            .await
+    }};
 }
 
 #[async_trait::async_trait]
@@ -114,167 +202,167 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
-        ok(self.list_buckets_op(&caller(&req)?).await?)
+        let tenant = caller(&req)?;
+        self.run("ListBuckets", tenant, |t| async move {
+            self.list_buckets_op(&t).await
+        })
+        .await
     }
 
     async fn create_bucket(
         &self,
         req: S3Request<dto::CreateBucketInput>,
     ) -> S3Result<S3Response<dto::CreateBucketOutput>> {
-        ok(self.create_bucket_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "CreateBucket", create_bucket_op)
     }
 
     async fn delete_bucket(
         &self,
         req: S3Request<dto::DeleteBucketInput>,
     ) -> S3Result<S3Response<dto::DeleteBucketOutput>> {
-        ok(self.delete_bucket_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "DeleteBucket", delete_bucket_op)
     }
 
     async fn head_bucket(
         &self,
         req: S3Request<dto::HeadBucketInput>,
     ) -> S3Result<S3Response<dto::HeadBucketOutput>> {
-        ok(self.head_bucket_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "HeadBucket", head_bucket_op)
     }
 
     async fn get_bucket_location(
         &self,
         req: S3Request<dto::GetBucketLocationInput>,
     ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
-        ok(self
-            .get_bucket_location_op(&caller(&req)?, req.input)
-            .await?)
+        op!(self, req, "GetBucketLocation", get_bucket_location_op)
     }
 
     async fn get_bucket_versioning(
         &self,
         req: S3Request<dto::GetBucketVersioningInput>,
     ) -> S3Result<S3Response<dto::GetBucketVersioningOutput>> {
-        ok(self
-            .get_bucket_versioning_op(&caller(&req)?, req.input)
-            .await?)
+        op!(self, req, "GetBucketVersioning", get_bucket_versioning_op)
     }
 
     async fn put_object(
         &self,
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
-        ok(self.put_object_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "PutObject", put_object_op)
     }
 
     async fn get_object(
         &self,
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
-        ok(self.get_object_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "GetObject", get_object_op)
     }
 
     async fn head_object(
         &self,
         req: S3Request<dto::HeadObjectInput>,
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
-        ok(self.head_object_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "HeadObject", head_object_op)
     }
 
     async fn delete_object(
         &self,
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
-        ok(self.delete_object_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "DeleteObject", delete_object_op)
     }
 
     async fn delete_objects(
         &self,
         req: S3Request<dto::DeleteObjectsInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
-        ok(self.delete_objects_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "DeleteObjects", delete_objects_op)
     }
 
     async fn copy_object(
         &self,
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
-        ok(self.copy_object_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "CopyObject", copy_object_op)
     }
 
     async fn list_objects(
         &self,
         req: S3Request<dto::ListObjectsInput>,
     ) -> S3Result<S3Response<dto::ListObjectsOutput>> {
-        ok(self.list_objects_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "ListObjects", list_objects_op)
     }
 
     async fn list_objects_v2(
         &self,
         req: S3Request<dto::ListObjectsV2Input>,
     ) -> S3Result<S3Response<dto::ListObjectsV2Output>> {
-        ok(self.list_objects_v2_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "ListObjectsV2", list_objects_v2_op)
     }
 
     async fn list_object_versions(
         &self,
         req: S3Request<dto::ListObjectVersionsInput>,
     ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
-        ok(self
-            .list_object_versions_op(&caller(&req)?, req.input)
-            .await?)
+        op!(self, req, "ListObjectVersions", list_object_versions_op)
     }
 
     async fn create_multipart_upload(
         &self,
         req: S3Request<dto::CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
-        ok(self
-            .create_multipart_upload_op(&caller(&req)?, req.input)
-            .await?)
+        op!(
+            self,
+            req,
+            "CreateMultipartUpload",
+            create_multipart_upload_op
+        )
     }
 
     async fn upload_part(
         &self,
         req: S3Request<dto::UploadPartInput>,
     ) -> S3Result<S3Response<dto::UploadPartOutput>> {
-        ok(self.upload_part_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "UploadPart", upload_part_op)
     }
 
     async fn upload_part_copy(
         &self,
         req: S3Request<dto::UploadPartCopyInput>,
     ) -> S3Result<S3Response<dto::UploadPartCopyOutput>> {
-        ok(self.upload_part_copy_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "UploadPartCopy", upload_part_copy_op)
     }
 
     async fn complete_multipart_upload(
         &self,
         req: S3Request<dto::CompleteMultipartUploadInput>,
     ) -> S3Result<S3Response<dto::CompleteMultipartUploadOutput>> {
-        ok(self
-            .complete_multipart_upload_op(&caller(&req)?, req.input)
-            .await?)
+        op!(
+            self,
+            req,
+            "CompleteMultipartUpload",
+            complete_multipart_upload_op
+        )
     }
 
     async fn abort_multipart_upload(
         &self,
         req: S3Request<dto::AbortMultipartUploadInput>,
     ) -> S3Result<S3Response<dto::AbortMultipartUploadOutput>> {
-        ok(self
-            .abort_multipart_upload_op(&caller(&req)?, req.input)
-            .await?)
+        op!(self, req, "AbortMultipartUpload", abort_multipart_upload_op)
     }
 
     async fn list_parts(
         &self,
         req: S3Request<dto::ListPartsInput>,
     ) -> S3Result<S3Response<dto::ListPartsOutput>> {
-        ok(self.list_parts_op(&caller(&req)?, req.input).await?)
+        op!(self, req, "ListParts", list_parts_op)
     }
 
     async fn list_multipart_uploads(
         &self,
         req: S3Request<dto::ListMultipartUploadsInput>,
     ) -> S3Result<S3Response<dto::ListMultipartUploadsOutput>> {
-        ok(self
-            .list_multipart_uploads_op(&caller(&req)?, req.input)
-            .await?)
+        op!(self, req, "ListMultipartUploads", list_multipart_uploads_op)
     }
 }

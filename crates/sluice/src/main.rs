@@ -29,7 +29,9 @@ enum Command {
     Tenant(cmd::tenant::Command),
     /// Provisioning arithmetic for uncorrelated checkpoint bursts.
     Plan(cmd::plan::Args),
-    /// Benchmarks.
+    /// Measure the configured backend's bandwidth and operation rate for [gateway.capacity].
+    Calibrate(cmd::bench::CalibrateArgs),
+    /// Benchmarks (figures, not tests).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
 }
@@ -50,5 +52,6 @@ fn main() -> anyhow::Result<()> {
         Command::Tenant(cmd) => cmd::tenant::run(&cmd),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
+        Command::Calibrate(args) => cmd::bench::calibrate(&args),
     }
 }

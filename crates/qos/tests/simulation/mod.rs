@@ -147,14 +147,29 @@ impl Load {
         }
         match self.pattern {
             Pattern::Saturating => Some(self.start),
-            Pattern::OnOff { on, off } => {
-                let period = on + off;
-                let cycles = ((t - self.start) / period).floor();
-                let began = self.start + cycles * period;
+            Pattern::OnOff { on, .. } => {
+                let began = self.cycle_start(t);
                 (t < began + on).then_some(began)
             }
             Pattern::Poisson { .. } => None,
         }
+    }
+
+    /// The start of the on/off cycle containing `t` (≥ `start`): at most `t`, and the next
+    /// cycle starts after `t`, whatever the rounding of the division.
+    fn cycle_start(&self, t: f64) -> f64 {
+        let Pattern::OnOff { on, off } = self.pattern else {
+            return self.start;
+        };
+        let period = on + off;
+        let mut began = self.start + ((t - self.start) / period).floor() * period;
+        if began > t {
+            began -= period;
+        }
+        if began + period <= t {
+            began += period;
+        }
+        began
     }
 
     /// The next time after `t` at which this tenant starts wanting work.
@@ -164,9 +179,7 @@ impl Load {
         }
         match self.pattern {
             Pattern::OnOff { on, off } => {
-                let period = on + off;
-                let cycles = ((t - self.start) / period).floor() + 1.0;
-                let next = self.start + cycles * period;
+                let next = self.cycle_start(t) + (on + off);
                 if next < self.stop {
                     next
                 } else {
@@ -284,6 +297,10 @@ pub fn simulate(capacity: f64, loads: &[Load], duration: f64, rng: &mut Rng) -> 
                     .map(|(i, l)| next_poisson[i].min(l.next_activation(t)))
                     .fold(duration, f64::min);
                 if let Decision::NextAt(when) = decision {
+                    assert!(
+                        when.as_secs_f64() > t,
+                        "NextAt({when:?}) is not after now ({t})"
+                    );
                     next = next.min(when.as_secs_f64());
                 }
                 assert!(

@@ -117,7 +117,7 @@ impl Front {
         let limits = BodyLimits { declared, max };
         let written = self
             .blobs()
-            .write(tenant, &blob, body, limits, &mut reservation)
+            .write(&self.pacer(tenant), &blob, body, limits, &mut reservation)
             .await?;
         Ok((blob, written, reservation))
     }
@@ -240,7 +240,9 @@ impl Front {
             None => (0..rec.size, false),
             Some(r) => (r.check(rec.size).map_err(|_| ApiError::InvalidRange)?, true),
         };
-        let body = self.blobs().read(tenant, &rec.segments, range.clone());
+        let body = self
+            .blobs()
+            .read(&self.pacer(tenant), &rec.segments, range.clone());
         Ok(dto::GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: i64::try_from(range.end - range.start).ok(),
@@ -407,12 +409,14 @@ impl Front {
         if whole_single && let Some(md5) = hex16(&src.etag) {
             let reservation = self.catalog().ledger().reserve(tenant, len)?;
             let blob = BlobStore::new_blob_name(bucket);
+            // The tier moves the bytes even when it copies them itself.
+            self.pacer(tenant).admit_copy(len).await;
             self.blobs()
                 .copy(tenant, &src.segments[0].blob, &blob)
                 .await?;
             return Ok((blob, Written { size: len, md5 }, reservation));
         }
-        let body = self.blobs().read(tenant, &src.segments, range);
+        let body = self.blobs().read(&self.pacer(tenant), &src.segments, range);
         self.store_body(tenant, bucket, body, Some(len), u64::MAX)
             .await
     }

@@ -17,7 +17,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     super::runtime()?.block_on(async {
         let running = start(&config).await?;
-        super::until_signal(running).await
+        super::until_signal(running, Some(&args.config)).await
     })
 }
 
@@ -36,5 +36,8 @@ pub async fn start(config: &Config) -> anyhow::Result<sluice_gateway::Running> {
     );
     let running = gateway.start().await?;
     tracing::info!(addr = %running.addr, "gateway listening");
+    if let Some(m) = running.metrics_addr {
+        tracing::info!(addr = %m, "metrics at /metrics");
+    }
     Ok(running)
 }

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod bench;
+pub mod bench_agent;
 pub mod gateway;
 pub mod plan;
 pub mod tenant;
@@ -24,23 +25,38 @@ pub async fn wait_for_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves until SIGINT or SIGTERM, then shuts down gracefully.
-pub async fn until_signal(running: sluice_gateway::Running) -> anyhow::Result<()> {
+/// Serves until SIGINT or SIGTERM, then shuts down gracefully. SIGHUP reloads tenant
+/// specs (credentials, quotas, dmClock parameters) from `config_path`, as a validated swap.
+pub async fn until_signal(
+    running: sluice_gateway::Running,
+    config_path: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
     let stop = running.stopper();
-    let signals = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
         tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
-        }
-    };
-    tokio::select! {
-        r = signals => {
-            r?;
-            tracing::info!("shutting down");
-            let _ = stop.send(true);
-            running.wait().await;
+            r = tokio::signal::ctrl_c() => { r?; break; }
+            _ = term.recv() => break,
+            _ = hup.recv() => {
+                let Some(path) = config_path else {
+                    tracing::warn!("SIGHUP ignored: the configuration is embedded");
+                    continue;
+                };
+                match sluice_config::Config::load(path) {
+                    Err(e) => tracing::error!(error = %e, "reload refused: invalid configuration"),
+                    Ok(config) => {
+                        if let Err(e) = running.control.reload(config).await {
+                            tracing::error!(error = %e, "reload refused");
+                        }
+                    }
+                }
+            }
         }
     }
+    tracing::info!("shutting down");
+    let _ = stop.send(true);
+    running.wait().await;
     Ok(())
 }

@@ -64,7 +64,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         }
         println!("Ctrl-C stops it.");
         match agent {
-            None => super::until_signal(running).await,
+            None => super::until_signal(running, args.config.as_deref()).await,
             Some(agent) => {
                 super::wait_for_signal().await?;
                 tracing::info!("shutting down");

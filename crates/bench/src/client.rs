@@ -1,0 +1,73 @@
+//! An S3 client for load generation, on `object_store`'s S3 implementation.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::aws::AmazonS3Builder;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+
+use crate::BenchError;
+
+/// One tenant's view of one bucket at an endpoint.
+#[derive(Clone)]
+pub struct S3Client {
+    store: Arc<dyn ObjectStore>,
+}
+
+impl S3Client {
+    pub fn new(
+        endpoint: &str,
+        bucket: &str,
+        access_key: &str,
+        secret_key: &str,
+    ) -> Result<Self, BenchError> {
+        let store = AmazonS3Builder::new()
+            .with_endpoint(endpoint)
+            .with_allow_http(true)
+            .with_bucket_name(bucket)
+            .with_region("us-east-1")
+            .with_access_key_id(access_key)
+            .with_secret_access_key(secret_key)
+            .with_virtual_hosted_style_request(false)
+            .with_unsigned_payload(true)
+            .with_retry(RetryConfig {
+                max_retries: 0,
+                ..RetryConfig::default()
+            })
+            .with_client_options(
+                ClientOptions::new()
+                    .with_allow_http(true)
+                    .with_timeout(Duration::from_secs(600))
+                    .with_pool_max_idle_per_host(64),
+            )
+            .build()?;
+        Ok(Self {
+            store: Arc::new(store),
+        })
+    }
+
+    pub async fn put(&self, key: &str, body: Bytes) -> Result<(), BenchError> {
+        self.store
+            .put(&Path::from(key), PutPayload::from(body))
+            .await?;
+        Ok(())
+    }
+
+    /// Reads the whole object, discarding it; returns its length.
+    pub async fn get(&self, key: &str) -> Result<u64, BenchError> {
+        let mut stream = self.store.get(&Path::from(key)).await?.into_stream();
+        let mut n = 0;
+        while let Some(chunk) = stream.try_next().await? {
+            n += chunk.len() as u64;
+        }
+        Ok(n)
+    }
+
+    pub async fn delete(&self, key: &str) -> Result<(), BenchError> {
+        self.store.delete(&Path::from(key)).await?;
+        Ok(())
+    }
+}

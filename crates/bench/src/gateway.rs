@@ -1,0 +1,347 @@
+//! The shared-tier gateway benchmark: large-object throughput and small-object operations
+//! through the gateway, against the same work on the local filesystem directly and against
+//! SeaweedFS, in one run; and the gateway's memory while it moves the data.
+//!
+//! The filesystem baseline does what the gateway must do for durability: write each object's
+//! bytes and fsync them (the gateway also fsyncs the directory and commits its catalog). The
+//! page cache is dropped before each read phase (as root), so reads are disk reads for every
+//! target, as on a tier that holds more than memory.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::BenchError;
+use crate::client::S3Client;
+use crate::procs::{self, ACCESS_KEY, RssSampler, SECRET_KEY};
+use crate::stats::Latencies;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    pub large_objects: usize,
+    pub large_size: usize,
+    pub large_concurrency: usize,
+    pub small_objects: usize,
+    pub small_size: usize,
+    pub small_concurrency: usize,
+    #[serde(skip)]
+    pub workdir: PathBuf,
+    #[serde(skip)]
+    pub sluice: PathBuf,
+    #[serde(skip)]
+    pub weed: Option<PathBuf>,
+}
+
+impl Config {
+    pub fn full(workdir: PathBuf, sluice: PathBuf, weed: Option<PathBuf>) -> Self {
+        Self {
+            large_objects: 80,
+            large_size: 64 << 20,
+            large_concurrency: 4,
+            small_objects: 4000,
+            small_size: 4096,
+            small_concurrency: 16,
+            workdir,
+            sluice,
+            weed,
+        }
+    }
+
+    #[must_use]
+    pub fn quick(mut self) -> Self {
+        self.large_objects = 8;
+        self.small_objects = 400;
+        self
+    }
+}
+
+/// One target's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetResult {
+    pub name: String,
+    pub put_mib_s: f64,
+    pub get_mib_s: f64,
+    pub small_put_ops_s: f64,
+    pub small_get_ops_s: f64,
+    pub small_put_p50_s: f64,
+    pub small_put_p99_s: f64,
+    pub small_put_p999_s: f64,
+    pub small_get_p99_s: f64,
+    /// Resident memory of the server process: at start, peak while moving data, at the end.
+    pub rss_start_bytes: Option<u64>,
+    pub rss_peak_bytes: Option<u64>,
+    pub rss_end_bytes: Option<u64>,
+    /// Reads came from the disk (the page cache was dropped before each read phase).
+    pub cold_reads: bool,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub config: Config,
+    pub bytes_moved_per_target: u64,
+    pub targets: Vec<TargetResult>,
+}
+
+/// The work, against some place that stores objects.
+trait Target: Send + Sync {
+    async fn put(&self, key: String, body: Bytes) -> Result<(), BenchError>;
+    async fn get(&self, key: String) -> Result<u64, BenchError>;
+}
+
+struct Fs(PathBuf);
+
+impl Target for Fs {
+    async fn put(&self, key: String, body: Bytes) -> Result<(), BenchError> {
+        let path = self.0.join(key);
+        tokio::task::spawn_blocking(move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&path)?;
+            f.write_all(&body)?;
+            f.sync_all()
+        })
+        .await
+        .map_err(|e| BenchError::Setup(e.to_string()))??;
+        Ok(())
+    }
+
+    async fn get(&self, key: String) -> Result<u64, BenchError> {
+        let path = self.0.join(key);
+        let n = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
+            use std::io::Read;
+            let mut f = std::fs::File::open(&path)?;
+            let mut buf = vec![0u8; 4 << 20];
+            let mut n = 0;
+            loop {
+                let r = f.read(&mut buf)?;
+                if r == 0 {
+                    return Ok(n);
+                }
+                n += r as u64;
+            }
+        })
+        .await
+        .map_err(|e| BenchError::Setup(e.to_string()))??;
+        Ok(n)
+    }
+}
+
+impl Target for S3Client {
+    async fn put(&self, key: String, body: Bytes) -> Result<(), BenchError> {
+        S3Client::put(self, &key, body).await
+    }
+
+    async fn get(&self, key: String) -> Result<u64, BenchError> {
+        S3Client::get(self, &key).await
+    }
+}
+
+/// Deterministic incompressible-looking bytes (xorshift), so no layer can shortcut them.
+pub fn payload(len: usize, seed: u64) -> Bytes {
+    let mut x = seed | 1;
+    let mut v = Vec::with_capacity(len + 8);
+    while v.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        v.extend_from_slice(&x.to_le_bytes());
+    }
+    v.truncate(len);
+    Bytes::from(v)
+}
+
+/// Runs `n` operations with `concurrency` in flight; returns the wall time and latencies.
+async fn run_ops<F, Fut>(
+    n: usize,
+    concurrency: usize,
+    op: F,
+) -> Result<(Duration, Latencies), BenchError>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<(), BenchError>>,
+{
+    let started = Instant::now();
+    let mut lat = Latencies::default();
+    let mut ops = futures::stream::iter(0..n)
+        .map(|i| {
+            let f = op(i);
+            async move {
+                let t = Instant::now();
+                f.await.map(|()| t.elapsed())
+            }
+        })
+        .buffer_unordered(concurrency);
+    while let Some(r) = ops.next().await {
+        lat.record(r?);
+    }
+    Ok((started.elapsed(), lat))
+}
+
+async fn measure<T: Target>(
+    name: &str,
+    target: &T,
+    cfg: &Config,
+    pid: Option<u32>,
+) -> Result<TargetResult, BenchError> {
+    let large = payload(cfg.large_size, 42);
+    let rss_start = pid.and_then(procs::rss_bytes);
+    let sampler = pid.map(RssSampler::start);
+    let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
+    let (put_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| {
+        target.put(format!("large-{i}"), large.clone())
+    })
+    .await?;
+    let cold = drop_page_cache();
+    let (get_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| async move {
+        let n = target.get(format!("large-{i}")).await?;
+        if n != cfg.large_size as u64 {
+            return Err(BenchError::Setup(format!(
+                "{name}: large-{i} read {n} bytes"
+            )));
+        }
+        Ok(())
+    })
+    .await?;
+    let rss_peak = sampler.as_ref().map(RssSampler::peak);
+    let rss_end = sampler.as_ref().map(RssSampler::last);
+    drop(sampler);
+    let small = payload(cfg.small_size, 7);
+    let (sput_time, sput) = run_ops(cfg.small_objects, cfg.small_concurrency, |i| {
+        target.put(format!("small-{i}"), small.clone())
+    })
+    .await?;
+    drop_page_cache();
+    let (sget_time, sget) = run_ops(cfg.small_objects, cfg.small_concurrency, |i| async move {
+        target.get(format!("small-{i}")).await.map(|_| ())
+    })
+    .await?;
+    Ok(TargetResult {
+        name: name.to_owned(),
+        put_mib_s: mib / put_time.as_secs_f64(),
+        get_mib_s: mib / get_time.as_secs_f64(),
+        small_put_ops_s: cfg.small_objects as f64 / sput_time.as_secs_f64(),
+        small_get_ops_s: cfg.small_objects as f64 / sget_time.as_secs_f64(),
+        small_put_p50_s: sput.quantile(0.5),
+        small_put_p99_s: sput.quantile(0.99),
+        small_put_p999_s: sput.quantile(0.999),
+        small_get_p99_s: sget.quantile(0.99),
+        rss_start_bytes: rss_start,
+        rss_peak_bytes: rss_peak,
+        rss_end_bytes: rss_end,
+        cold_reads: cold,
+    })
+}
+
+/// Writes back dirty pages and empties the page cache, so that every target's reads come
+/// from the disk, as they do when a tier holds more than memory. Needs root; returns whether
+/// it worked (if not, reads are warm for every target alike).
+fn drop_page_cache() -> bool {
+    let synced = std::process::Command::new("sync")
+        .status()
+        .is_ok_and(|s| s.success());
+    synced && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
+}
+
+/// Runs the benchmark: filesystem, gateway (local filesystem backend), SeaweedFS if found.
+pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
+    let _ = std::fs::remove_dir_all(&cfg.workdir);
+    std::fs::create_dir_all(&cfg.workdir)?;
+    let mut targets = Vec::new();
+
+    progress("filesystem (write + fsync, read)");
+    let fs_dir = cfg.workdir.join("fs");
+    std::fs::create_dir_all(&fs_dir)?;
+    targets.push(measure("filesystem", &Fs(fs_dir.clone()), &cfg, None).await?);
+    let _ = std::fs::remove_dir_all(&fs_dir);
+
+    progress("sluice gateway (local filesystem backend)");
+    let gw_dir = cfg.workdir.join("gateway");
+    {
+        let gw = procs::start_gateway(&cfg.sluice, &gw_dir, "bench", "", "")?;
+        let client = S3Client::new(
+            &format!("http://127.0.0.1:{}", gw.port),
+            "bench",
+            ACCESS_KEY,
+            SECRET_KEY,
+        )?;
+        targets.push(measure("sluice gateway", &client, &cfg, Some(gw.child.id())).await?);
+    }
+    let _ = std::fs::remove_dir_all(&gw_dir);
+
+    if let Some(weed) = &cfg.weed {
+        progress("SeaweedFS (weed mini)");
+        let dir = cfg.workdir.join("seaweedfs");
+        {
+            let sw = procs::start_seaweedfs(weed, &dir, "bench")?;
+            let client = S3Client::new(
+                &format!("http://127.0.0.1:{}", sw.port),
+                "bench",
+                ACCESS_KEY,
+                SECRET_KEY,
+            )?;
+            targets.push(measure("SeaweedFS", &client, &cfg, Some(sw.child.id())).await?);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(Report {
+        bytes_moved_per_target: 2 * (cfg.large_objects * cfg.large_size) as u64,
+        config: cfg,
+        targets,
+    })
+}
+
+/// The report as a table.
+pub fn table(r: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let base = r.targets.first().cloned();
+    let _ = writeln!(
+        out,
+        "{:<16} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}",
+        "target",
+        "PUT MiB/s",
+        "vs fs",
+        "GET MiB/s",
+        "vs fs",
+        "4K PUT/s",
+        "4K GET/s",
+        "PUT p50",
+        "PUT p99",
+        "PUT p99.9",
+        "RSS start/peak"
+    );
+    for t in &r.targets {
+        let ratio =
+            |v: f64, b: Option<f64>| b.map_or("-".to_owned(), |b| format!("{:.0}%", 100.0 * v / b));
+        let rss = match (t.rss_start_bytes, t.rss_peak_bytes) {
+            (Some(s), Some(p)) => format!("{}/{} MiB", s >> 20, p >> 20),
+            _ => "-".to_owned(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<16} {:>10.0} {:>7} {:>10.0} {:>7} {:>10.0} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>14}",
+            t.name,
+            t.put_mib_s,
+            ratio(t.put_mib_s, base.as_ref().map(|b| b.put_mib_s)),
+            t.get_mib_s,
+            ratio(t.get_mib_s, base.as_ref().map(|b| b.get_mib_s)),
+            t.small_put_ops_s,
+            t.small_get_ops_s,
+            t.small_put_p50_s * 1e3,
+            t.small_put_p99_s * 1e3,
+            t.small_put_p999_s * 1e3,
+            rss
+        );
+    }
+    out
+}
+
+pub fn default_workdir() -> PathBuf {
+    std::env::temp_dir().join("sluice-bench-gateway")
+}
+
+pub fn exe() -> Result<PathBuf, BenchError> {
+    Ok(std::env::current_exe()?)
+}

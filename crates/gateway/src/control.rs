@@ -1,0 +1,213 @@
+//! The gateway's control plane: the Prometheus `/metrics` listener and configuration reload.
+//!
+//! Reload is a validated swap: the new file is parsed and checked as a whole (reservations
+//! against capacity included) before anything changes; then credentials, quotas and dmClock
+//! parameters are replaced. Listen addresses, the backend and the capacity are not reloadable
+//! (they need a restart) and a reload that changes them is refused.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use sluice_config::Config;
+use sluice_meta::Catalog;
+use sluice_metrics::{Gauge, Metrics};
+use sluice_s3::Tenants;
+use sluice_throttle::{TenantSpec, Throttle};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::{GatewayError, gateway_section, server::tenant_keys};
+
+/// What a running gateway exposes for observation and reload.
+#[derive(Clone)]
+pub struct Control {
+    pub(crate) catalog: Arc<Catalog>,
+    pub(crate) tenants: Arc<Tenants>,
+    pub(crate) throttle: Option<Arc<Throttle>>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) config: Arc<std::sync::Mutex<Config>>,
+}
+
+/// The dmClock parameters of the configured tenants.
+pub fn tenant_specs(config: &Config) -> Result<Vec<TenantSpec>, GatewayError> {
+    config
+        .tenants
+        .iter()
+        .map(|t| {
+            sluice_qos::TenantQos::new(t.qos.reservation, t.qos.weight, t.qos.limit)
+                .map(|qos| TenantSpec {
+                    name: t.id.clone(),
+                    qos,
+                })
+                .map_err(|e| GatewayError::Reload(format!("tenant {:?}: {e}", t.id)))
+        })
+        .collect()
+}
+
+impl Control {
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let usage = self.catalog.ledger().all();
+        let mut gauges = vec![
+            Gauge {
+                name: "quota_used_bytes",
+                help: "Bytes the tenant stores on the shared tier (committed).",
+                values: usage
+                    .iter()
+                    .map(|(t, used, _, _)| (t.clone(), *used as f64))
+                    .collect(),
+            },
+            Gauge {
+                name: "quota_reserved_bytes",
+                help: "Bytes reserved by writes in progress.",
+                values: usage
+                    .iter()
+                    .map(|(t, _, r, _)| (t.clone(), *r as f64))
+                    .collect(),
+            },
+            Gauge {
+                name: "quota_limit_bytes",
+                help: "The tenant's hard quota (capacity).",
+                values: usage
+                    .iter()
+                    .map(|(t, _, _, q)| {
+                        (
+                            t.clone(),
+                            if *q == u64::MAX {
+                                f64::INFINITY
+                            } else {
+                                *q as f64
+                            },
+                        )
+                    })
+                    .collect(),
+            },
+        ];
+        if let Some(th) = &self.throttle {
+            let specs = th.specs();
+            gauges.push(Gauge {
+                name: "qos_reservation_bytes_per_second",
+                help: "Configured dmClock reservation (cost units = bytes per second).",
+                values: specs
+                    .iter()
+                    .map(|s| (s.name.clone(), s.qos.reservation()))
+                    .collect(),
+            });
+            gauges.push(Gauge {
+                name: "qos_weight",
+                help: "Configured dmClock weight.",
+                values: specs
+                    .iter()
+                    .map(|s| (s.name.clone(), s.qos.weight()))
+                    .collect(),
+            });
+            gauges.push(Gauge {
+                name: "qos_limit_bytes_per_second",
+                help: "Configured dmClock limit (+Inf: none).",
+                values: specs
+                    .iter()
+                    .map(|s| (s.name.clone(), s.qos.limit().unwrap_or(f64::INFINITY)))
+                    .collect(),
+            });
+        }
+        self.metrics.render("sluice", &gauges)
+    }
+
+    /// Applies a new configuration (see the module doc for what may change).
+    pub async fn reload(&self, new: Config) -> Result<(), GatewayError> {
+        let old = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let (og, ng) = (gateway_section(&old)?, gateway_section(&new)?);
+        if og.listen != ng.listen
+            || og.data_dir != ng.data_dir
+            || old.backend != new.backend
+            || og.throttle != ng.throttle
+            || og.metrics_listen != ng.metrics_listen
+        {
+            return Err(GatewayError::Reload(
+                "listen, data_dir, backend, metrics_listen and [gateway.capacity] need a restart"
+                    .into(),
+            ));
+        }
+        if let Some(th) = &self.throttle {
+            th.update(tenant_specs(&new)?)
+                .await
+                .map_err(|e| GatewayError::Reload(e.to_string()))?;
+        }
+        for t in &new.tenants {
+            self.catalog.ledger().set_quota(&t.id, t.capacity);
+        }
+        self.tenants.replace(tenant_keys(&new));
+        *self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
+        tracing::info!("configuration reloaded");
+        Ok(())
+    }
+
+    /// Serves `GET /metrics` on `addr` until `stop` changes.
+    pub async fn serve_metrics(
+        self,
+        addr: &str,
+        mut stop: watch::Receiver<bool>,
+    ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), GatewayError> {
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| GatewayError::Listen {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        let local = listener
+            .local_addr()
+            .map_err(|source| GatewayError::Listen {
+                addr: addr.to_owned(),
+                source,
+            })?;
+        let task = tokio::spawn(async move {
+            let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((sock, _)) = accepted else { continue };
+                        let control = self.clone();
+                        let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+                            let control = control.clone();
+                            async move { Ok::<_, Infallible>(control.answer(&req)) }
+                        });
+                        let conn = http.serve_connection(TokioIo::new(sock), svc).into_owned();
+                        tokio::spawn(async move { let _ = conn.await; });
+                    }
+                    _ = stop.changed() => break,
+                }
+            }
+        });
+        Ok((local, task))
+    }
+
+    fn answer<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        let mut resp = if req.uri().path() == "/metrics" {
+            let mut r = Response::new(Full::new(Bytes::from(self.render())));
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        } else {
+            Response::new(Full::new(Bytes::from_static(b"not found; try /metrics\n")))
+        };
+        if req.uri().path() != "/metrics" {
+            *resp.status_mut() = StatusCode::NOT_FOUND;
+        }
+        resp
+    }
+}

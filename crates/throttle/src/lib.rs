@@ -1,0 +1,388 @@
+//! Throughput isolation on the data path: every request's operation and every grain of its
+//! body is admitted through one dmClock scheduler (`sluice-qos`) and released at the rate the
+//! shared tier can serve.
+//!
+//! # Design
+//!
+//! A single dispatcher task owns the [`Scheduler`]. Callers send it admission requests over a
+//! channel and wait on a oneshot for their grant; nothing holds a lock while waiting, and the
+//! dispatcher's work per decision is O(log tenants). The dispatcher models the tier as a
+//! server of `capacity` cost units per second: each grant advances the time at which the tier
+//! is next free by `cost / capacity`, and grants are issued while that time is less than the
+//! lookahead ahead of now (by default [`DEFAULT_LOOKAHEAD`], or one grain's service time if
+//! larger), so the tier always has a little work in hand and timer granularity does not waste
+//! capacity, while a neighbour's next grain never waits behind more than that. Which tenant is granted next is dmClock's decision.
+//!
+//! # Policies
+//!
+//! The same dispatcher runs the alternatives the benchmark compares:
+//! - [`Policy::DmClock`]: per-tenant reservation, weight and limit, paced to capacity;
+//! - [`Policy::Fifo`]: one queue for everyone, paced to capacity (no isolation);
+//! - [`Policy::RateLimit`]: each tenant capped at its limit, no capacity arbitration (static
+//!   per-tenant caps, like Ceph RGW or Lustre TBF).
+//!
+//! # Bounds
+//!
+//! A tenant may have at most `queue_depth` requests waiting for their *first* admission
+//! (the per-operation cost); beyond that [`Throttle::admit_op`] refuses at once and the
+//! gateway answers `SlowDown`. Grains of an admitted request always queue: a request has at
+//! most one grain waiting, so a tenant's queue is bounded by its admitted requests.
+//!
+//! # Cancellation
+//!
+//! A caller that stops waiting (client disconnected) drops its oneshot; the dispatcher sees
+//! the failed send and gives the tier time back.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use sluice_qos::{CostModel, Decision, QosError, Request, Scheduler, TenantId, TenantQos};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+/// How far ahead of now the dispatcher books the tier when nothing else is said: a couple of
+/// milliseconds of queued work keeps the backend busy across timer granularity without
+/// letting a burst build a queue in front of a neighbour's next grain.
+pub const DEFAULT_LOOKAHEAD: Duration = Duration::from_millis(2);
+
+/// How requests are ordered and paced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    DmClock,
+    Fifo,
+    RateLimit,
+}
+
+/// The shared tier's capacity and the admission settings.
+#[derive(Debug, Clone, Copy)]
+pub struct ThrottleConfig {
+    pub policy: Policy,
+    /// Bytes per second (cost units per second).
+    pub bandwidth: f64,
+    /// Operations per second.
+    pub ops: f64,
+    /// Requests a tenant may have waiting for admission before `SlowDown`.
+    pub queue_depth: usize,
+    /// How far ahead of now the tier may be booked (see the module doc).
+    pub lookahead: Duration,
+}
+
+/// A tenant's throughput parameters, by name.
+#[derive(Debug, Clone)]
+pub struct TenantSpec {
+    pub name: String,
+    pub qos: TenantQos,
+}
+
+/// The tenant's queue is full.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("tenant {tenant} has {waiting} requests waiting for the shared tier; slow down")]
+pub struct Throttled {
+    pub tenant: String,
+    pub waiting: usize,
+    /// A hint for `Retry-After`.
+    pub retry_after: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ThrottleError {
+    #[error("{0}")]
+    Qos(#[from] QosError),
+    #[error("the throttle has stopped")]
+    Stopped,
+}
+
+struct Slot {
+    id: TenantId,
+    waiting: AtomicUsize,
+}
+
+enum Msg {
+    Admit {
+        tenant: TenantId,
+        cost: u64,
+        grant: oneshot::Sender<()>,
+    },
+    Update {
+        specs: Vec<(Option<TenantId>, TenantQos)>,
+        reply: oneshot::Sender<Result<Vec<TenantId>, QosError>>,
+    },
+}
+
+/// The admission gate in front of the shared tier. Cheap to share (`Arc`).
+pub struct Throttle {
+    tx: mpsc::UnboundedSender<Msg>,
+    tenants: RwLock<Arc<HashMap<String, Arc<Slot>>>>,
+    specs: RwLock<Vec<TenantSpec>>,
+    cost: CostModel,
+    config: ThrottleConfig,
+}
+
+impl Throttle {
+    /// Starts the dispatcher on the current tokio runtime.
+    pub fn start(
+        config: ThrottleConfig,
+        tenants: Vec<TenantSpec>,
+    ) -> Result<Arc<Self>, ThrottleError> {
+        let cost = CostModel::from_capacity(config.bandwidth, config.ops)?;
+        if config.policy == Policy::DmClock {
+            sluice_qos::check_reservations(config.bandwidth, tenants.iter().map(|t| &t.qos))?;
+        }
+        let mut sched = Scheduler::new();
+        let shared = (config.policy == Policy::Fifo).then(|| sched.add_tenant(plain_qos()));
+        let mut map = HashMap::new();
+        for t in &tenants {
+            let id = match shared {
+                Some(id) => id,
+                None => sched.add_tenant(effective(config.policy, t.qos)),
+            };
+            map.insert(
+                t.name.clone(),
+                Arc::new(Slot {
+                    id,
+                    waiting: AtomicUsize::new(0),
+                }),
+            );
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(dispatch(sched, rx, config, shared));
+        Ok(Arc::new(Self {
+            tx,
+            tenants: RwLock::new(Arc::new(map)),
+            specs: RwLock::new(tenants),
+            cost,
+            config,
+        }))
+    }
+
+    pub fn config(&self) -> ThrottleConfig {
+        self.config
+    }
+
+    /// The tenants' current parameters.
+    pub fn specs(&self) -> Vec<TenantSpec> {
+        self.specs
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn slot(&self, tenant: &str) -> Option<Arc<Slot>> {
+        self.tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(tenant)
+            .cloned()
+    }
+
+    /// Admits a new request's operation (its per-op cost), or refuses at once if the
+    /// tenant's queue is full. Returns how long it waited. Unknown tenants pass unthrottled.
+    pub async fn admit_op(&self, tenant: &str) -> Result<Duration, Throttled> {
+        let Some(slot) = self.slot(tenant) else {
+            return Ok(Duration::ZERO);
+        };
+        let waiting = slot.waiting.fetch_add(1, Ordering::AcqRel);
+        if waiting >= self.config.queue_depth {
+            slot.waiting.fetch_sub(1, Ordering::AcqRel);
+            let per_request = self.cost.per_op() as f64 + 4.0 * 1024.0 * 1024.0;
+            let secs = (waiting as f64 * per_request / self.config.bandwidth).clamp(1.0, 60.0);
+            return Err(Throttled {
+                tenant: tenant.to_owned(),
+                waiting,
+                retry_after: Duration::from_secs_f64(secs.ceil()),
+            });
+        }
+        let waited = self.wait(&slot, self.cost.per_op()).await;
+        slot.waiting.fetch_sub(1, Ordering::AcqRel);
+        Ok(waited)
+    }
+
+    /// Admits one backend transfer of `bytes` for an admitted request: it costs an operation
+    /// plus its bytes (`per_op + bytes`), as the backend spends both on it. Returns how long
+    /// it waited.
+    pub async fn admit_bytes(&self, tenant: &str, bytes: u64) -> Duration {
+        match self.slot(tenant) {
+            Some(slot) if bytes > 0 => self.wait(&slot, self.cost.cost(bytes)).await,
+            _ => Duration::ZERO,
+        }
+    }
+
+    async fn wait(&self, slot: &Slot, cost: u64) -> Duration {
+        let started = Instant::now();
+        let (grant, granted) = oneshot::channel();
+        if self
+            .tx
+            .send(Msg::Admit {
+                tenant: slot.id,
+                cost,
+                grant,
+            })
+            .is_err()
+        {
+            return Duration::ZERO;
+        }
+        let _ = granted.await;
+        started.elapsed()
+    }
+
+    /// Replaces every tenant's parameters at once (a configuration reload), after checking
+    /// the new set as a whole. Tenants not in `tenants` keep their last parameters.
+    pub async fn update(&self, tenants: Vec<TenantSpec>) -> Result<(), ThrottleError> {
+        if self.config.policy == Policy::DmClock {
+            sluice_qos::check_reservations(self.config.bandwidth, tenants.iter().map(|t| &t.qos))?;
+        }
+        if self.config.policy == Policy::Fifo {
+            // One queue for everyone: new tenants share it; nothing else to update.
+            let current = self
+                .tenants
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
+            let shared = current.values().next().map(|s| s.id);
+            if let Some(id) = shared {
+                let mut map = (*current).clone();
+                for t in &tenants {
+                    map.entry(t.name.clone()).or_insert_with(|| {
+                        Arc::new(Slot {
+                            id,
+                            waiting: AtomicUsize::new(0),
+                        })
+                    });
+                }
+                *self.tenants.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
+            }
+            *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
+            return Ok(());
+        }
+        let current = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let specs = tenants
+            .iter()
+            .map(|t| {
+                (
+                    current.get(&t.name).map(|s| s.id),
+                    effective(self.config.policy, t.qos),
+                )
+            })
+            .collect();
+        let (reply, answer) = oneshot::channel();
+        self.tx
+            .send(Msg::Update { specs, reply })
+            .map_err(|_| ThrottleError::Stopped)?;
+        let ids = answer.await.map_err(|_| ThrottleError::Stopped)??;
+        let mut map = (*current).clone();
+        for (t, id) in tenants.iter().zip(ids) {
+            map.entry(t.name.clone()).or_insert_with(|| {
+                Arc::new(Slot {
+                    id,
+                    waiting: AtomicUsize::new(0),
+                })
+            });
+        }
+        *self.tenants.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
+        *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
+        Ok(())
+    }
+}
+
+/// No floor, weight 1, no cap.
+fn plain_qos() -> TenantQos {
+    TenantQos::new(0.0, 1.0, None).expect("reservation 0, weight 1 and no limit are valid")
+}
+
+/// The parameters the scheduler actually uses under a policy.
+fn effective(policy: Policy, qos: TenantQos) -> TenantQos {
+    match policy {
+        Policy::DmClock => qos,
+        Policy::Fifo => plain_qos(),
+        // Static caps only: no floor, no proportional share beyond the cap.
+        Policy::RateLimit => TenantQos::new(0.0, 1.0, qos.limit()).unwrap_or(qos),
+    }
+}
+
+async fn dispatch(
+    mut sched: Scheduler<oneshot::Sender<()>>,
+    mut rx: mpsc::UnboundedReceiver<Msg>,
+    config: ThrottleConfig,
+    _shared: Option<TenantId>,
+) {
+    let epoch = Instant::now();
+    let paced = config.policy != Policy::RateLimit;
+    let mut free_at = epoch;
+    let handle = |sched: &mut Scheduler<oneshot::Sender<()>>, msg: Msg, now: Instant| match msg {
+        Msg::Admit {
+            tenant,
+            cost,
+            grant,
+        } => {
+            if let Err(e) = sched.enqueue(tenant, Request::new(grant, cost), now - epoch) {
+                tracing::error!(error = %e, "admission for an unknown scheduler tenant");
+            }
+        }
+        Msg::Update { specs, reply } => {
+            let mut ids = Vec::with_capacity(specs.len());
+            let mut result = Ok(());
+            for (id, qos) in specs {
+                match id {
+                    Some(id) => {
+                        if let Err(e) = sched.update_tenant(id, qos, now - epoch) {
+                            result = Err(e);
+                        }
+                        ids.push(id);
+                    }
+                    None => ids.push(sched.add_tenant(qos)),
+                }
+            }
+            let _ = reply.send(result.map(|()| ids));
+        }
+    };
+    loop {
+        while let Ok(msg) = rx.try_recv() {
+            handle(&mut sched, msg, Instant::now());
+        }
+        let now = Instant::now();
+        if paced && free_at > now + config.lookahead {
+            tokio::select! {
+                () = tokio::time::sleep_until(free_at - config.lookahead) => {}
+                msg = rx.recv() => match msg {
+                    Some(m) => handle(&mut sched, m, Instant::now()),
+                    None => return,
+                },
+            }
+            continue;
+        }
+        match sched.dequeue(now - epoch) {
+            Decision::Dispatch(d) => {
+                let service = Duration::from_secs_f64(d.cost as f64 / config.bandwidth);
+                if paced {
+                    free_at = free_at.max(now) + service;
+                }
+                if d.payload.send(()).is_err() && paced {
+                    // The caller gave up: the tier will not do this work.
+                    free_at -= service;
+                }
+            }
+            Decision::NextAt(at) => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(epoch + at) => {}
+                    msg = rx.recv() => match msg {
+                        Some(m) => handle(&mut sched, m, Instant::now()),
+                        None => return,
+                    },
+                }
+            }
+            Decision::Empty => match rx.recv().await {
+                Some(m) => handle(&mut sched, m, Instant::now()),
+                None => return,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
