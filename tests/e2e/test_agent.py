@@ -50,17 +50,23 @@ def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, t
         shards = {f"{prefix}__{rank}_0.distcp": os.urandom(size)
                   for rank, size in enumerate([6 * MiB] * 6 + [20 * MiB, 1, 0])}
         violations: list[str] = []
+        partial: list[int] = []  # listings taken mid-drain: some shards, no marker yet
         seen_marker = threading.Event()
         done = threading.Event()
 
         def poll():
-            while not done.is_set():
+            while True:
+                finished = done.is_set()  # one more look after the drain has finished
                 up = listing(upstream, "ckpt", prefix) if upstream_bucket_exists() else {}
+                if up and f"{prefix}.metadata" not in up:
+                    partial.append(len(up))
                 if f"{prefix}.metadata" in up:
                     seen_marker.set()
                     incomplete = [k for k, v in shards.items() if up.get(k) != len(v)]
                     if incomplete:
                         violations.append(f".metadata visible before {incomplete}")
+                if finished:
+                    return
                 time.sleep(0.02)
 
         def upstream_bucket_exists() -> bool:
@@ -90,6 +96,7 @@ def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, t
         done.set()
         poller.join()
         assert violations == []
+        assert partial, "the poller never saw the drain in progress"
         assert seen_marker.is_set()
         up = listing(upstream, "ckpt")
         assert f"{prefix}.metadata.tmp" not in up
