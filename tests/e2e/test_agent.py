@@ -79,20 +79,20 @@ def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, t
         poller = threading.Thread(target=poll)
         poller.start()
         # DCP's fsspec writer: shards, .metadata.tmp, then "rename" = CopyObject + DeleteObject.
+        started = time.monotonic()
         for key, body in shards.items():
             node.put_object(Bucket="ckpt", Key=key, Body=body)
         node.put_object(Bucket="ckpt", Key=f"{prefix}.metadata.tmp", Body=b"pickled metadata")
         node.copy_object(Bucket="ckpt", Key=f"{prefix}.metadata",
                          CopySource={"Bucket": "ckpt", "Key": f"{prefix}.metadata.tmp"})
         node.delete_object(Bucket="ckpt", Key=f"{prefix}.metadata.tmp")
-        acked = time.monotonic()
         # Restore right after the checkpoint: served from the node (the drain is still going).
         assert agent.tenant_status("alice")["pending_ops"] > 0
         for key, body in shards.items():
             assert node.get_object(Bucket="ckpt", Key=key)["Body"].read() == body
         assert node.get_object(Bucket="ckpt", Key=f"{prefix}.metadata")["Body"].read() == b"pickled metadata"
         status = agent.wait_drained("alice", timeout=60)
-        drained = time.monotonic() - acked
+        drained = time.monotonic() - started
         done.set()
         poller.join()
         assert violations == []
@@ -106,8 +106,9 @@ def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, t
             assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest(), key
         assert status["durable_up_to"]["marker"] == f"{prefix}.metadata"
         assert status["drain_errors_total"] == 0
-        # ~62 MiB at 24 MiB/s: the drain was paced, not instantaneous.
-        assert drained > 1.5, drained
+        # 56 MiB at 24 MiB/s, less the bucket's burst and one 16 MiB part sent ahead: the drain
+        # was paced (at least ~1.57 s from the first write), not instantaneous.
+        assert drained > 1.4, drained
     finally:
         agent.stop()
 
