@@ -43,6 +43,7 @@ class Agent:
     tenants: list[Tenant]
     local: dict[str, LocalSpec] = field(default_factory=dict)
     port: int = 0
+    status_port: int | None = None
     proc: subprocess.Popen | None = None
 
     @property
@@ -63,6 +64,8 @@ class Agent:
             f'data_dir = "{self.workdir / "data"}"',
             f'upstream = "{self.upstream}"',
         ]
+        if self.status_port is not None:
+            lines.append(f'status_listen = "127.0.0.1:{self.status_port}"')
         for t in self.tenants:
             lines += [
                 "[[tenant]]",
@@ -102,6 +105,13 @@ class Agent:
 
     def client(self, tenant: Tenant, **config):
         return s3_client(self.endpoint, tenant.access_key, tenant.secret_key, **config)
+
+    def cli_status(self, *extra: str) -> str:
+        """`sluice agent status --config FILE`, as an operator runs it."""
+        return subprocess.run(
+            [sluice_bin(), "agent", "status", "--config", str(self.config_path), *extra],
+            check=True, capture_output=True, text=True,
+        ).stdout
 
     def status(self) -> dict:
         with urllib.request.urlopen(f"{self.endpoint}/_sluice/status", timeout=10) as r:

@@ -1,4 +1,5 @@
-"""The agent under kill -9: at random moments during writes and during drains, then restart.
+"""The agent under kill -9: at random moments during writes and during drains, then restart
+(and in some rounds the gateway under kill -9 during the drain as well).
 Every acknowledged object must end up on the shared tier byte-identical, nothing
 unacknowledged may be half-visible (every object anywhere is exactly its key's payload), and
 no checkpoint's marker may be upstream without all of its shards.
@@ -94,6 +95,11 @@ def test_kill_9_during_writes_and_drains_then_restart(tmp_path, shared_tier, rou
         time.sleep(rng.uniform(0.05, 1.0))
         agent.kill9()
         agent.start()
+    if rng.random() < 0.3:
+        # The shared tier crashes mid-drain too (uploads, completions and HEADs in flight).
+        time.sleep(rng.uniform(0.05, 0.8))
+        shared_tier.kill9()
+        shared_tier.start()
     try:
         agent.wait_drained("alice", timeout=120)
         up = shared_tier.client("alice", max_attempts=3)

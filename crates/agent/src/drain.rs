@@ -20,7 +20,7 @@
 //! # Pacing
 //!
 //! Each tenant has a [`TokenBucket`] whose rate [`Policy::target_rate`] recomputes on every
-//! scan; a transfer takes its bytes part by part before sending them.
+//! scan; a transfer asks it for each part (or small object) before sending it.
 //!
 //! # Retries
 //!
@@ -439,13 +439,17 @@ impl Drain {
         })
     }
 
-    /// Waits until the tenant's pacer lets `bytes` go.
+    /// Waits until the tenant's pacer lets `bytes` go (asking again at least every 100 ms,
+    /// so a rate change applies to a transfer already waiting).
     async fn pace(&self, tenant: &str, bytes: u64) {
-        let wait = lock(&self.tenants)
-            .get_mut(tenant)
-            .map_or(Duration::ZERO, |t| t.bucket.take(bytes, Instant::now()));
-        if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+        loop {
+            let r = lock(&self.tenants)
+                .get_mut(tenant)
+                .map_or(Ok(()), |t| t.bucket.try_take(bytes, Instant::now()));
+            match r {
+                Ok(()) => return,
+                Err(wait) => tokio::time::sleep(wait.min(Duration::from_millis(100))).await,
+            }
         }
     }
 

@@ -40,6 +40,13 @@
 //! again (S3 replaces a part by number). Completion is idempotent: an op is marked durable
 //! only after a HEAD upstream shows the expected size and ETag, and a completion that fails
 //! because the upload is already complete is resolved by that same HEAD.
+//!
+//! The catalog group-commits (transactions commit in memory, then one fsync covers many;
+//! no writer is answered before its commit is durable). The drain may therefore read an op
+//! in the moment between its commit and that fsync; if the node dies just then, the write was
+//! never acknowledged and the shared tier may hold it whole, as after a PUT whose response was
+//! lost — never in part, and never a marker before its checkpoint (the lost ops are the
+//! newest, and everything a marker waits for has lower sequence numbers).
 
 use std::collections::BTreeMap;
 use std::ops::Bound;

@@ -321,6 +321,74 @@ impl NodeS3 {
         Ok(out)
     }
 
+    /// CopyObject whose source is upstream only: its bytes come down and land here as a PUT
+    /// of the destination (journalled and drained like any other write).
+    async fn copy_from_upstream(
+        &self,
+        tenant: &str,
+        req: S3Request<dto::CopyObjectInput>,
+    ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
+        let dto::CopySource::Bucket { bucket, key, .. } = &req.input.copy_source else {
+            return Err(s3_error!(NoSuchKey));
+        };
+        let source = dto::GetObjectInput {
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            ..Default::default()
+        };
+        let got = self.get_upstream(tenant, &source, false).await?;
+        let replace = req
+            .input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
+        let put = req.map_input(|c| {
+            let (content_type, cache_control, disposition, encoding, language, metadata) =
+                if replace {
+                    (
+                        c.content_type,
+                        c.cache_control,
+                        c.content_disposition,
+                        c.content_encoding,
+                        c.content_language,
+                        c.metadata,
+                    )
+                } else {
+                    (
+                        got.content_type,
+                        got.cache_control,
+                        got.content_disposition,
+                        got.content_encoding,
+                        got.content_language,
+                        got.metadata,
+                    )
+                };
+            dto::PutObjectInput {
+                bucket: c.bucket,
+                key: c.key,
+                body: got.body,
+                content_length: got.content_length,
+                content_type,
+                cache_control,
+                content_disposition: disposition,
+                content_encoding: encoding,
+                content_language: language,
+                metadata,
+                ..Default::default()
+            }
+        });
+        let put = self.front.put_object(put).await;
+        let put = self.explain(tenant, put)?;
+        Ok(S3Response::new(dto::CopyObjectOutput {
+            copy_object_result: Some(dto::CopyObjectResult {
+                e_tag: put.output.e_tag,
+                last_modified: Some(ts_ms(now_ms())),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }))
+    }
+
     /// One page of the union of the local and upstream listings.
     async fn merged(
         &self,
@@ -582,8 +650,14 @@ impl S3 for NodeS3 {
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         let tenant = caller(&req)?;
         self.ensure_bucket(&tenant, &req.input.bucket).await?;
-        let r = self.front.copy_object(req).await;
-        self.explain(&tenant, r)
+        let again = req.clone();
+        match self.front.copy_object(req).await {
+            Err(e) if is(&e, &S3ErrorCode::NoSuchKey) || is(&e, &S3ErrorCode::NoSuchBucket) => {
+                // The source may exist upstream only (evicted here, or written elsewhere).
+                self.copy_from_upstream(&tenant, again).await
+            }
+            other => self.explain(&tenant, other),
+        }
     }
 
     async fn create_multipart_upload(

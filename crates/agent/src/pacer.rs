@@ -10,8 +10,10 @@
 //! - never above its shared-tier `limit`.
 //!
 //! A tenant with neither a drain rate nor a limit drains as fast as upstream takes it.
-//! [`TokenBucket`] turns the rate into waits: a transfer takes its bytes before sending them
-//! and sleeps for the returned delay.
+//! [`TokenBucket`] turns the rate into waits: a transfer may send once the bucket is out of
+//! debt, and its bytes become the debt the next transfer waits off at whatever the rate is
+//! by then. So a rate change applies to every transfer not yet sent, transfers leave in the
+//! order they asked, and over any interval `t` at most `burst + rate·t + one transfer` goes.
 
 use std::time::Duration;
 
@@ -94,19 +96,21 @@ impl TokenBucket {
         }
     }
 
-    /// Takes `bytes` and returns how long the caller must wait before sending them.
-    pub fn take(&mut self, bytes: u64, now: Instant) -> Duration {
+    /// Takes `bytes` if the bucket is out of debt (the caller sends them now); otherwise
+    /// returns how long the debt takes to pay off at the current rate (the caller waits, at
+    /// most that long, and asks again).
+    pub fn try_take(&mut self, bytes: u64, now: Instant) -> Result<(), Duration> {
         self.refill(now);
-        if !self.rate.is_finite() || self.rate <= 0.0 && bytes == 0 {
-            return Duration::ZERO;
+        if !self.rate.is_finite() {
+            return Ok(());
         }
-        self.tokens -= bytes as f64;
         if self.tokens >= 0.0 {
-            Duration::ZERO
+            self.tokens -= bytes as f64;
+            Ok(())
         } else if self.rate <= 0.0 {
-            Duration::MAX
+            Err(Duration::MAX)
         } else {
-            Duration::from_secs_f64(-self.tokens / self.rate)
+            Err(Duration::from_secs_f64(-self.tokens / self.rate))
         }
     }
 }
@@ -201,38 +205,79 @@ mod tests {
         assert!((r - 10.0 * MIB).abs() < 1.0, "{r}");
     }
 
+    /// Waits (in paused time) until the bucket lets `bytes` go, as the drain does.
+    async fn send(bucket: &mut TokenBucket, bytes: u64) {
+        while let Err(wait) = bucket.try_take(bytes, Instant::now()) {
+            tokio::time::sleep(wait).await;
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn the_bucket_paces_transfers_at_its_rate_in_paused_time() {
         let start = Instant::now();
         let mut bucket = TokenBucket::new(4.0 * MIB, MIB, start);
-        let chunk = 1024 * 1024;
+        let mut sent_at = Vec::new();
         for _ in 0..41 {
-            let wait = bucket.take(chunk, Instant::now());
-            tokio::time::sleep(wait).await;
+            send(&mut bucket, 1024 * 1024).await;
+            sent_at.push(Instant::now() - start);
         }
-        // 41 MiB with a 1 MiB burst at 4 MiB/s: 10 s.
-        let took = Instant::now() - start;
-        assert!((took.as_secs_f64() - 10.0).abs() < 0.01, "took {took:?}");
+        // The 1 MiB burst and the first transfer go at once; then one per 0.25 s.
+        assert_eq!(sent_at[1], Duration::ZERO);
+        let took = sent_at[40].as_secs_f64();
+        assert!((took - 9.75).abs() < 0.01, "took {took}");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_rate_change_applies_from_then_on() {
+    async fn a_rate_change_applies_to_the_next_transfer() {
         let start = Instant::now();
         let mut bucket = TokenBucket::new(MIB, 0.0, start);
         for _ in 0..5 {
-            let wait = bucket.take(1024 * 1024, Instant::now());
-            tokio::time::sleep(wait).await;
+            send(&mut bucket, 1024 * 1024).await;
         }
-        assert!(((Instant::now() - start).as_secs_f64() - 5.0).abs() < 0.01);
+        assert!(((Instant::now() - start).as_secs_f64() - 4.0).abs() < 0.01);
+        // The debt of the last transfer is paid at the new rate.
         bucket.set_rate(5.0 * MIB, Instant::now());
         let mid = Instant::now();
         for _ in 0..10 {
-            let wait = bucket.take(1024 * 1024, Instant::now());
-            tokio::time::sleep(wait).await;
+            send(&mut bucket, 1024 * 1024).await;
         }
         assert!(((Instant::now() - mid).as_secs_f64() - 2.0).abs() < 0.01);
         bucket.set_rate(f64::INFINITY, Instant::now());
-        assert_eq!(bucket.take(1 << 40, Instant::now()), Duration::ZERO);
+        assert_eq!(bucket.try_take(1 << 40, Instant::now()), Ok(()));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_bucket_shared_by_concurrent_transfers_holds_the_rate() {
+        let start = Instant::now();
+        let bucket = std::sync::Arc::new(std::sync::Mutex::new(TokenBucket::new(
+            2.0 * MIB,
+            0.0,
+            start,
+        )));
+        let mut tasks = Vec::new();
+        for _ in 0..4 {
+            let bucket = std::sync::Arc::clone(&bucket);
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..5 {
+                    loop {
+                        let r = bucket
+                            .lock()
+                            .expect("lock")
+                            .try_take(1024 * 1024, Instant::now());
+                        match r {
+                            Ok(()) => break,
+                            Err(wait) => tokio::time::sleep(wait).await,
+                        }
+                    }
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        // 20 MiB at 2 MiB/s, the first without waiting: the last goes at 9.5 s.
+        let took = (Instant::now() - start).as_secs_f64();
+        assert!((took - 9.5).abs() < 0.01, "took {took}");
     }
 
     #[test]
