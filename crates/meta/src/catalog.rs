@@ -436,14 +436,7 @@ impl Catalog {
         bucket: &str,
         key: &str,
     ) -> Result<Option<ObjectRecord>> {
-        let txn = self.db.begin_read()?;
-        if txn
-            .open_table(BUCKETS)?
-            .get(keys::bucket(tenant, bucket).as_slice())?
-            .is_none()
-        {
-            return Err(MetaError::NoSuchBucket);
-        }
+        let txn = self.read_bucket(tenant, bucket)?;
         let t = txn.open_table(OBJECTS)?;
         t.get(keys::entry(tenant, bucket, key).as_slice())?
             .map(|v| decode(v.value()))
@@ -527,14 +520,7 @@ impl Catalog {
 
     /// One page of a bucket listing, in key order.
     pub fn list_objects(&self, tenant: &str, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
-        let txn = self.db.begin_read()?;
-        if txn
-            .open_table(BUCKETS)?
-            .get(keys::bucket(tenant, bucket).as_slice())?
-            .is_none()
-        {
-            return Err(MetaError::NoSuchBucket);
-        }
+        let txn = self.read_bucket(tenant, bucket)?;
         let t = txn.open_table(OBJECTS)?;
         let base = keys::bucket_prefix(tenant, bucket);
         let mut start_key = keys::entry(tenant, bucket, q.prefix);
@@ -624,14 +610,7 @@ impl Catalog {
         upload_id: &str,
         key: &str,
     ) -> Result<UploadRecord> {
-        let txn = self.db.begin_read()?;
-        if txn
-            .open_table(BUCKETS)?
-            .get(keys::bucket(tenant, bucket).as_slice())?
-            .is_none()
-        {
-            return Err(MetaError::NoSuchBucket);
-        }
+        let txn = self.read_bucket(tenant, bucket)?;
         let t = txn.open_table(UPLOADS)?;
         let rec: UploadRecord = t
             .get(keys::entry(tenant, bucket, upload_id).as_slice())?
@@ -771,14 +750,7 @@ impl Catalog {
 
     /// The bucket's uploads in progress, sorted by (key, upload id).
     pub fn list_uploads(&self, tenant: &str, bucket: &str) -> Result<Vec<(String, UploadRecord)>> {
-        let txn = self.db.begin_read()?;
-        if txn
-            .open_table(BUCKETS)?
-            .get(keys::bucket(tenant, bucket).as_slice())?
-            .is_none()
-        {
-            return Err(MetaError::NoSuchBucket);
-        }
+        let txn = self.read_bucket(tenant, bucket)?;
         let t = txn.open_table(UPLOADS)?;
         let prefix = keys::bucket_prefix(tenant, bucket);
         let end = keys::prefix_end(&prefix);
@@ -794,6 +766,21 @@ impl Catalog {
         }
         out.sort_by(|a, b| (&a.1.key, &a.0).cmp(&(&b.1.key, &b.0)));
         Ok(out)
+    }
+}
+
+impl Catalog {
+    /// A snapshot in which `bucket` exists, or `NoSuchBucket`.
+    fn read_bucket(&self, tenant: &str, bucket: &str) -> Result<redb::ReadTransaction> {
+        let txn = self.db.begin_read()?;
+        if txn
+            .open_table(BUCKETS)?
+            .get(keys::bucket(tenant, bucket).as_slice())?
+            .is_none()
+        {
+            return Err(MetaError::NoSuchBucket);
+        }
+        Ok(txn)
     }
 }
 

@@ -58,6 +58,15 @@ impl Encoder {
         s.map(|s| self.apply(s))
     }
 
+    fn prefixes(&self, prefixes: Vec<String>) -> Vec<dto::CommonPrefix> {
+        prefixes
+            .into_iter()
+            .map(|p| dto::CommonPrefix {
+                prefix: Some(self.apply(p)),
+            })
+            .collect()
+    }
+
     fn encoding_type(&self) -> Option<dto::EncodingType> {
         self.0
             .then(|| dto::EncodingType::from_static(dto::EncodingType::URL))
@@ -201,14 +210,7 @@ impl Front {
             } else {
                 None
             },
-            common_prefixes: Some(
-                s.prefixes
-                    .into_iter()
-                    .map(|p| dto::CommonPrefix {
-                        prefix: Some(enc.apply(p)),
-                    })
-                    .collect(),
-            ),
+            common_prefixes: Some(enc.prefixes(s.prefixes)),
             contents: Some(Self::objects(
                 &enc,
                 tenant,
@@ -251,14 +253,7 @@ impl Front {
             } else {
                 None
             },
-            common_prefixes: Some(
-                s.prefixes
-                    .into_iter()
-                    .map(|p| dto::CommonPrefix {
-                        prefix: Some(enc.apply(p)),
-                    })
-                    .collect(),
-            ),
+            common_prefixes: Some(enc.prefixes(s.prefixes)),
             contents: Some(Self::objects(&enc, tenant, s.objects, true)),
             encoding_type: enc.encoding_type(),
             ..Default::default()
@@ -316,14 +311,7 @@ impl Front {
                 None
             },
             next_version_id_marker: truncated.then(|| "null".to_owned()),
-            common_prefixes: Some(
-                s.prefixes
-                    .into_iter()
-                    .map(|p| dto::CommonPrefix {
-                        prefix: Some(enc.apply(p)),
-                    })
-                    .collect(),
-            ),
+            common_prefixes: Some(enc.prefixes(s.prefixes)),
             versions: Some(versions),
             encoding_type: enc.encoding_type(),
             ..Default::default()

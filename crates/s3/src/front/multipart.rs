@@ -2,11 +2,11 @@
 //! completing an upload is one catalog transaction that turns the listed parts into the
 //! object's segments (no bytes are copied) and frees the parts that were not listed.
 
-use s3s::dto::{self, StreamingBlob};
+use s3s::dto;
 use sluice_meta::{PartRecord, PartSpec, UploadRecord};
 
 use super::buckets::owner;
-use super::objects::{Representation, check_md5, declared_length};
+use super::objects::Representation;
 use super::{Front, etag, now_ms, timestamp};
 use crate::error::{ApiError, ApiResult};
 
@@ -132,23 +132,15 @@ impl Front {
         let number = part_number(input.part_number)?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;
-        let body = input.body.unwrap_or_else(|| {
-            StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
-        });
-        let declared = declared_length(&body, input.content_length);
         let (blob, written, reservation) = self
-            .store_body(
+            .receive(
                 tenant,
                 &input.bucket,
-                body,
-                declared,
-                self.config().max_object_size,
+                input.body,
+                input.content_length,
+                input.content_md5.as_deref(),
             )
             .await?;
-        if let Err(e) = check_md5(input.content_md5.as_deref(), &written) {
-            self.blobs().delete(tenant, [blob]).await;
-            return Err(e);
-        }
         let part = PartRecord {
             blob,
             size: written.size,

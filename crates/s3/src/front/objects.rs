@@ -59,7 +59,7 @@ impl Representation {
 }
 
 /// The declared length of a request body, if known.
-pub(super) fn declared_length(body: &StreamingBlob, content_length: Option<i64>) -> Option<u64> {
+fn declared_length(body: &StreamingBlob, content_length: Option<i64>) -> Option<u64> {
     body.remaining_length()
         .exact()
         .map(|n| n as u64)
@@ -67,7 +67,7 @@ pub(super) fn declared_length(body: &StreamingBlob, content_length: Option<i64>)
 }
 
 /// Checks a Content-MD5 header against what was stored.
-pub(super) fn check_md5(content_md5: Option<&str>, written: &Written) -> ApiResult<()> {
+fn check_md5(content_md5: Option<&str>, written: &Written) -> ApiResult<()> {
     let Some(b64) = content_md5 else {
         return Ok(());
     };
@@ -122,6 +122,36 @@ impl Front {
         Ok((blob, written, reservation))
     }
 
+    /// Stores a client's request body (PutObject, UploadPart) in a new blob: the declared
+    /// length reserved first, the size limit enforced, Content-MD5 checked.
+    pub(super) async fn receive(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        body: Option<StreamingBlob>,
+        content_length: Option<i64>,
+        content_md5: Option<&str>,
+    ) -> ApiResult<(String, Written, sluice_meta::Reservation)> {
+        let body = body.unwrap_or_else(|| {
+            StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
+        });
+        let declared = declared_length(&body, content_length);
+        let (blob, written, reservation) = self
+            .store_body(
+                tenant,
+                bucket,
+                body,
+                declared,
+                self.config().max_object_size,
+            )
+            .await?;
+        if let Err(e) = check_md5(content_md5, &written) {
+            self.blobs().delete(tenant, [blob]).await;
+            return Err(e);
+        }
+        Ok((blob, written, reservation))
+    }
+
     /// Makes `rec` visible at `key`; deletes the blobs it replaced, or on failure its own.
     pub(super) async fn commit_object(
         &self,
@@ -167,23 +197,15 @@ impl Front {
             return Err(ApiError::NotImplemented("conditional PutObject"));
         }
         self.require_bucket(tenant, &input.bucket).await?;
-        let body = input.body.unwrap_or_else(|| {
-            StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
-        });
-        let declared = declared_length(&body, input.content_length);
         let (blob, written, reservation) = self
-            .store_body(
+            .receive(
                 tenant,
                 &input.bucket,
-                body,
-                declared,
-                self.config().max_object_size,
+                input.body,
+                input.content_length,
+                input.content_md5.as_deref(),
             )
             .await?;
-        if let Err(e) = check_md5(input.content_md5.as_deref(), &written) {
-            self.blobs().delete(tenant, [blob]).await;
-            return Err(e);
-        }
         let repr = Representation::new(
             input.content_type,
             input.cache_control,
