@@ -414,10 +414,7 @@ impl Catalog {
         let t = txn.open_table(BUCKETS)?;
         let prefix = keys::tenant_prefix(tenant);
         let end = keys::prefix_end(&prefix);
-        let bounds = (
-            Bound::Included(prefix.as_slice()),
-            end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-        );
+        let bounds = prefix_bounds(&prefix, end.as_deref());
         let mut out = Vec::new();
         for row in t.range::<&[u8]>(bounds)? {
             let (k, v) = row?;
@@ -754,10 +751,7 @@ impl Catalog {
         let t = txn.open_table(UPLOADS)?;
         let prefix = keys::bucket_prefix(tenant, bucket);
         let end = keys::prefix_end(&prefix);
-        let bounds = (
-            Bound::Included(prefix.as_slice()),
-            end.as_deref().map_or(Bound::Unbounded, Bound::Excluded),
-        );
+        let bounds = prefix_bounds(&prefix, end.as_deref());
         let mut out = Vec::new();
         for row in t.range::<&[u8]>(bounds)? {
             let (k, v) = row?;
@@ -782,6 +776,17 @@ impl Catalog {
         }
         Ok(txn)
     }
+}
+
+/// The key range of everything starting with `prefix` (`end` = `keys::prefix_end(prefix)`).
+fn prefix_bounds<'a>(
+    prefix: &'a [u8],
+    end: Option<&'a [u8]>,
+) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+    (
+        Bound::Included(prefix),
+        end.map_or(Bound::Unbounded, Bound::Excluded),
+    )
 }
 
 fn require_bucket(txn: &redb::WriteTransaction, tenant: &str, bucket: &str) -> Result<()> {

@@ -214,19 +214,7 @@ impl Front {
             input.content_language,
             input.metadata,
         );
-        let rec = ObjectRecord {
-            size: written.size,
-            etag: written.etag(),
-            last_modified_ms: now_ms(),
-            content_type: repr.content_type,
-            headers: repr.headers,
-            metadata: repr.metadata,
-            segments: vec![Segment {
-                blob,
-                size: written.size,
-            }],
-            parts: 0,
-        };
+        let rec = single_blob_object(blob, &written, repr);
         let rec = self
             .commit_object(tenant, &input.bucket, &input.key, rec, reservation)
             .await?;
@@ -478,19 +466,7 @@ impl Front {
                 metadata: src.metadata.clone(),
             }
         };
-        let rec = ObjectRecord {
-            size: written.size,
-            etag: written.etag(),
-            last_modified_ms: now_ms(),
-            content_type: repr.content_type,
-            headers: repr.headers,
-            metadata: repr.metadata,
-            segments: vec![Segment {
-                blob,
-                size: written.size,
-            }],
-            parts: 0,
-        };
+        let rec = single_blob_object(blob, &written, repr);
         let rec = self
             .commit_object(tenant, &input.bucket, &input.key, rec, reservation)
             .await?;
@@ -502,6 +478,23 @@ impl Front {
             }),
             ..Default::default()
         })
+    }
+}
+
+/// The record of an object whose body is the one blob just written.
+fn single_blob_object(blob: String, written: &Written, repr: Representation) -> ObjectRecord {
+    ObjectRecord {
+        size: written.size,
+        etag: written.etag(),
+        last_modified_ms: now_ms(),
+        content_type: repr.content_type,
+        headers: repr.headers,
+        metadata: repr.metadata,
+        segments: vec![Segment {
+            blob,
+            size: written.size,
+        }],
+        parts: 0,
     }
 }
 
