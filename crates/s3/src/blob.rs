@@ -22,7 +22,7 @@ use std::ops::Range;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
-use futures::stream::{self, BoxStream, FuturesUnordered};
+use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
 use md5::{Digest, Md5};
 use object_store::path::Path;
@@ -40,8 +40,13 @@ pub const DEFAULT_GRAIN: u64 = 4 * 1024 * 1024;
 pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 /// Parts uploading concurrently per request.
 pub const PARTS_IN_FLIGHT: usize = 2;
-/// Grains fetched ahead of the one being sent, per GET.
-pub const READ_AHEAD: usize = 2;
+/// Bytes a GET keeps admitted and fetching ahead of what it has sent (at least two grains).
+///
+/// With a throughput scheduler this is also how a reader stays in line: its next grain must
+/// already be queued when the tier frees up, or a neighbour's grain goes first and every grain
+/// of the read waits behind one of the neighbour's. A few MiB ahead covers the time a grain
+/// takes to be fetched and handed to the client.
+pub const READ_AHEAD_BYTES: u64 = 4 * 1024 * 1024;
 
 /// An object's bytes as a stream that is `Send + Sync` (what s3s bodies require).
 ///
@@ -164,6 +169,11 @@ impl BlobStore {
         }
     }
 
+    /// Grains a GET has in flight: [`READ_AHEAD_BYTES`] worth, at least two.
+    fn read_ahead(&self) -> usize {
+        usize::try_from(READ_AHEAD_BYTES / self.grain).map_or(2, |n| n.max(2))
+    }
+
     pub fn root(&self) -> &Arc<dyn ObjectStore> {
         &self.root
     }
@@ -255,16 +265,26 @@ impl BlobStore {
                 at = to;
             }
         }
+        // Each grain is fetched by a task, so it reaches the backend as soon as it is admitted
+        // even while the client is slow to take the previous one (see `write_inner`).
         let stream = stream::iter(grains)
             .map(move |(path, r)| {
                 let store = Arc::clone(&store);
                 let pacer = pacer.clone();
-                async move {
+                let task = AbortOnDrop(tokio::spawn(async move {
                     pacer.admit(r.end - r.start, false).await;
                     store.get_range(&path, r).await
+                }));
+                async move {
+                    task.await.unwrap_or_else(|e| {
+                        Err(object_store::Error::Generic {
+                            store: "sluice",
+                            source: Box::new(e),
+                        })
+                    })
                 }
             })
-            .buffered(READ_AHEAD)
+            .buffered(self.read_ahead())
             .boxed();
         ReadStream(std::sync::Mutex::new(stream))
     }
@@ -306,6 +326,14 @@ impl BlobStore {
     }
 }
 
+/// A part upload's outcome; a task that panicked or was cancelled fails the write.
+fn joined(r: Result<object_store::Result<()>, tokio::task::JoinError>) -> ApiResult<()> {
+    match r {
+        Ok(r) => r.map_err(ApiError::from),
+        Err(e) => Err(ApiError::Internal(format!("part upload task: {e}"))),
+    }
+}
+
 async fn write_inner<S, E>(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
@@ -323,7 +351,11 @@ where
     let mut md5 = Md5::new();
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
-    let mut in_flight = FuturesUnordered::new();
+    // Parts upload as tasks, so each starts on the backend the moment it is admitted rather
+    // than when this loop next polls them: an admitted grain that waits here would reach the
+    // tier late and bunched with the next, queueing in front of other tenants' grains. The
+    // set aborts whatever is still running if the request is dropped.
+    let mut in_flight = tokio::task::JoinSet::new();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| ApiError::Body(e.to_string()))?;
         let len = chunk.len() as u64;
@@ -345,11 +377,11 @@ where
                 *upload = Some(store.put_multipart(path).await?);
             }
             if let Some(u) = upload.as_mut() {
-                in_flight.push(u.put_part(part));
+                in_flight.spawn(u.put_part(part));
             }
             while in_flight.len() >= PARTS_IN_FLIGHT {
-                if let Some(r) = in_flight.next().await {
-                    r?;
+                if let Some(r) = in_flight.join_next().await {
+                    joined(r)?;
                 }
             }
         }
@@ -365,10 +397,10 @@ where
         }
         Some(u) => {
             if rest.content_length() > 0 {
-                in_flight.push(u.put_part(rest));
+                in_flight.spawn(u.put_part(rest));
             }
-            while let Some(r) = in_flight.next().await {
-                r?;
+            while let Some(r) = in_flight.join_next().await {
+                joined(r)?;
             }
             u.complete().await?;
         }
@@ -377,4 +409,24 @@ where
         size,
         md5: md5.finalize().into(),
     })
+}
+
+/// A spawned task that is aborted when its handle is dropped (a GET whose client went away).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for AbortOnDrop<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
 }
