@@ -6,13 +6,16 @@
 //! here (`<bucket>/<fan-out>/<random id>`), never derived from object keys.
 //!
 //! Writes stream: a body is cut into parts of the store's part size (a grain on the local
-//! filesystem, at least 5 MiB on S3 backends, which require it) and uploaded with at most
-//! [`PARTS_IN_FLIGHT`] parts outstanding, so a request holds at most
-//! `part size × (PARTS_IN_FLIGHT + 1)` bytes whatever the object's size. A body shorter than
-//! one part is a single `put`. On the local filesystem both paths write a temporary file,
-//! fsync it and rename it into place; a blob is therefore whole or absent.
+//! filesystem, at least 5 MiB on S3 backends, which require it) and uploaded with
+//! [`WRITE_BEHIND_BYTES`] worth of parts outstanding (at least two), so a request holds a few
+//! MiB at most whatever the object's size. A body shorter than one part is a single `put`.
+//! On the local filesystem both paths write a temporary file, fsync it and rename it into
+//! place; a blob is therefore whole or absent.
 //!
-//! Reads fetch ranges of at most one grain, one ahead of the sender. Every backend transfer,
+//! Reads fetch ranges of at most one grain, [`READ_AHEAD_BYTES`] ahead of the sender. Both
+//! windows are in bytes, not parts, so that one request alone can keep the tier busy however
+//! small the grain: a request with nothing admitted when the tier frees up loses its turn.
+//! Every backend transfer,
 //! in and out, is admitted through the tenant's [`Pacer`] right before it is issued, with its
 //! size as its cost: the throughput scheduler therefore decides the order in which the
 //! backend sees work, not merely the pace at which clients' bytes are received.
@@ -38,8 +41,9 @@ use crate::error::{ApiError, ApiResult};
 pub const DEFAULT_GRAIN: u64 = 4 * 1024 * 1024;
 /// S3 requires parts of at least 5 MiB (all but the last); S3 backends use this part size.
 pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
-/// Parts uploading concurrently per request.
-pub const PARTS_IN_FLIGHT: usize = 2;
+/// Bytes of parts a PUT keeps uploading while it reads the rest of the body (at least two
+/// parts).
+pub const WRITE_BEHIND_BYTES: u64 = 4 * 1024 * 1024;
 /// Bytes a GET keeps admitted and fetching ahead of what it has sent (at least two grains).
 ///
 /// With a throughput scheduler this is also how a reader stays in line: its next grain must
@@ -348,6 +352,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
     E: std::fmt::Display,
 {
+    let parts_in_flight = usize::try_from(WRITE_BEHIND_BYTES / part_size).map_or(2, |n| n.max(2));
     let mut md5 = Md5::new();
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
@@ -379,7 +384,7 @@ where
             if let Some(u) = upload.as_mut() {
                 in_flight.spawn(u.put_part(part));
             }
-            while in_flight.len() >= PARTS_IN_FLIGHT {
+            while in_flight.len() >= parts_in_flight {
                 if let Some(r) = in_flight.join_next().await {
                     joined(r)?;
                 }
