@@ -6,9 +6,9 @@ import subprocess
 
 from harness import sluice_bin
 
-SCENARIOS = {"solo", "fifo", "rate_limit", "dmclock"}
+SCENARIOS = {"solo", "fifo", "rate_limit", "dmclock", "dmclock_agent"}
 KEYS = {"name", "victim_p50_s", "victim_p99_s", "victim_p999_s", "victim_throughput_bps",
-        "victim_target_bps", "aggressor_stall_s", "tier_utilization"}
+        "victim_target_bps", "aggressor_stall_s", "tier_utilization", "drain_completion_s"}
 
 
 def test_noisy_neighbor_quick_writes_valid_json(tmp_path):

@@ -66,6 +66,11 @@ impl S3Client {
         Ok(n)
     }
 
+    /// Whether `key` exists (HEAD); any error counts as "not (yet)".
+    pub async fn exists(&self, key: &str) -> bool {
+        self.store.head(&Path::from(key)).await.is_ok()
+    }
+
     pub async fn delete(&self, key: &str) -> Result<(), BenchError> {
         self.store.delete(&Path::from(key)).await?;
         Ok(())

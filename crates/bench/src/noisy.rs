@@ -10,15 +10,18 @@
 //! - `rate_limit`: static per-tenant caps only (like Ceph RGW or Lustre TBF);
 //! - `dmclock`: sluice's scheduler, victim with a reservation;
 //! - `dmclock_agent`: dmClock, and the aggressor writes through a node agent that absorbs the
-//!   burst and drains it paced (when the agent is available).
+//!   burst on local disk and drains it to the tier paced to its checkpoint interval.
 //!
 //! The victim is open-loop: its GETs are issued on a fixed schedule, not after the previous
 //! reply, and each latency is measured from the scheduled time, so coordinated omission cannot
-//! hide queueing. The aggressor runs `streams` concurrent PUTs of `object_size`, repeated.
+//! hide queueing. It runs on its own thread and runtime, so the aggressor's load generation in
+//! this process does not delay its clock. The aggressor writes a DCP-shaped checkpoint every
+//! `aggressor_interval_s` (or as soon as the previous one is acknowledged, if later):
+//! `streams` concurrent PUTs of `object_size`, then a `.metadata` marker.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -36,6 +39,7 @@ const VICTIM_SECRET: &str = "victim-secret-0123456789";
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
     pub seed: u64,
+    /// How long the victim reads, per scenario.
     pub seconds: f64,
     pub tier_bandwidth_bps: f64,
     pub tier_ops: f64,
@@ -49,7 +53,17 @@ pub struct Config {
     pub victim_weight: f64,
     pub aggressor_streams: usize,
     pub aggressor_object_bytes: u64,
+    /// A checkpoint starts every this many seconds (or when the previous one is done).
+    pub aggressor_interval_s: f64,
+    /// The aggressor's static cap under `rate_limit` (the victim's is its reservation).
     pub aggressor_limit_bps: f64,
+    /// The node agent's drain rate for the aggressor (`dmclock_agent`); its checkpoint
+    /// interval is `aggressor_interval_s`, so it drains faster if a deadline needs it.
+    pub agent_drain_rate_bps: f64,
+    /// How long `dmclock_agent` waits, after the victim's run, for the first checkpoint to
+    /// finish draining.
+    pub drain_wait_s: f64,
+    /// The gateway's scheduling grain (`[gateway.capacity] grain`).
     pub grain_bytes: u64,
     #[serde(skip)]
     pub workdir: PathBuf,
@@ -58,36 +72,48 @@ pub struct Config {
 }
 
 impl Config {
+    /// The default experiment: a 100 MiB/s tier; a data loader reading 16 MiB shards at 2/s
+    /// (32 MiB/s, inside a 40 MiB/s reservation); a trainer checkpointing 1 GiB (8 × 128 MiB)
+    /// every 12 s, more than the tier has left, so the tier is saturated whenever it writes.
     pub fn default_run(seed: u64, workdir: PathBuf, sluice: PathBuf) -> Self {
         Self {
             seed,
             seconds: 24.0,
             tier_bandwidth_bps: 100.0 * MIB,
-            tier_ops: 2000.0,
-            victim_shard_bytes: 4 << 20,
+            tier_ops: 8000.0,
+            victim_shard_bytes: 16 << 20,
             victim_shards: 8,
-            victim_rate_per_s: 5.0,
+            victim_rate_per_s: 2.0,
             victim_reservation_bps: 40.0 * MIB,
             victim_weight: 20.0,
-            aggressor_streams: 12,
-            aggressor_object_bytes: 256 << 20,
+            aggressor_streams: 8,
+            aggressor_object_bytes: 128 << 20,
+            aggressor_interval_s: 12.0,
             aggressor_limit_bps: 60.0 * MIB,
-            grain_bytes: 1 << 20,
+            agent_drain_rate_bps: 60.0 * MIB,
+            drain_wait_s: 30.0,
+            grain_bytes: 256 << 10,
             workdir,
             sluice,
         }
     }
 
+    /// A shorter run: 7 s per scenario, 256 MiB checkpoints every 4 s.
     #[must_use]
     pub fn quick(mut self) -> Self {
         self.seconds = 7.0;
-        self.aggressor_streams = 8;
-        self.aggressor_object_bytes = 64 << 20;
+        self.aggressor_object_bytes = 32 << 20;
+        self.aggressor_interval_s = 4.0;
+        self.drain_wait_s = 15.0;
         self
     }
 
     fn victim_target_bps(&self) -> f64 {
         self.victim_rate_per_s * self.victim_shard_bytes as f64
+    }
+
+    fn checkpoint_bytes(&self) -> u64 {
+        self.aggressor_object_bytes * self.aggressor_streams as u64
     }
 }
 
@@ -102,12 +128,14 @@ pub struct Scenario {
     pub victim_errors: usize,
     pub victim_throughput_bps: f64,
     pub victim_target_bps: f64,
-    /// Time until every PUT of the aggressor's first checkpoint was acknowledged.
+    /// Time until every PUT of the aggressor's first checkpoint (and its marker) was
+    /// acknowledged: how long the trainer is stalled writing it.
     pub aggressor_stall_s: Option<f64>,
     pub aggressor_bytes: u64,
     /// Bytes the tier moved over the run, as a fraction of what it could have.
     pub tier_utilization: f64,
-    /// When the agent finished draining the first checkpoint (dmclock_agent only).
+    /// Time until the first checkpoint was complete on the shared tier (its marker visible
+    /// there): the stall when writing directly, the drain when writing through the agent.
     pub drain_completion_s: Option<f64>,
     #[serde(skip)]
     pub latencies: Latencies,
@@ -126,15 +154,25 @@ pub enum Kind {
     Fifo,
     RateLimit,
     DmClock,
+    DmClockAgent,
 }
 
 impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Self::Solo,
+        Self::Fifo,
+        Self::RateLimit,
+        Self::DmClock,
+        Self::DmClockAgent,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Solo => "solo",
             Self::Fifo => "fifo",
             Self::RateLimit => "rate_limit",
             Self::DmClock => "dmclock",
+            Self::DmClockAgent => "dmclock_agent",
         }
     }
 }
@@ -149,7 +187,7 @@ fn gateway_toml(cfg: &Config, kind: Kind) -> (String, String) {
             cfg.tier_ops,
             cfg.grain_bytes
         ),
-        Kind::Solo | Kind::DmClock => format!(
+        Kind::Solo | Kind::DmClock | Kind::DmClockAgent => format!(
             "[gateway.capacity]\nbandwidth = {}\nops = {}\npolicy = \"dmclock\"\nqueue_depth = 1024\ngrain = {}\n",
             mib(cfg.tier_bandwidth_bps),
             cfg.tier_ops,
@@ -207,6 +245,127 @@ async fn tier_bytes(metrics_port: u16) -> u64 {
         .sum()
 }
 
+/// The node agent's configuration for the aggressor: room for every checkpoint of the run,
+/// the drain rate and the checkpoint interval (its deadline).
+fn agent_tenants_toml(cfg: &Config) -> String {
+    let checkpoints = (cfg.seconds / cfg.aggressor_interval_s).ceil() as u64 + 2;
+    format!(
+        "[[tenant]]\nid = \"bench\"\naccess_key = \"{ACCESS_KEY}\"\nsecret_key = \"{SECRET_KEY}\"\n\
+         local_capacity = \"{}B\"\ndrain_rate = \"{}B/s\"\ninterval = \"{}ms\"\n",
+        cfg.checkpoint_bytes() * checkpoints + (64 << 20),
+        cfg.agent_drain_rate_bps.round(),
+        (cfg.aggressor_interval_s * 1e3).round()
+    )
+}
+
+/// The aggressor: a checkpoint (`streams` concurrent PUTs, then `.metadata`) every interval,
+/// or as soon as the previous one is acknowledged if that is later, until `deadline`.
+/// Returns the first checkpoint's stall (start to last acknowledgement).
+async fn aggressor(
+    client: S3Client,
+    body: bytes::Bytes,
+    cfg: Config,
+    start: Instant,
+    deadline: Instant,
+    bytes: Arc<AtomicU64>,
+    first_stall: Arc<std::sync::Mutex<Option<f64>>>,
+) {
+    let interval = Duration::from_secs_f64(cfg.aggressor_interval_s);
+    let mut burst: u32 = 0;
+    loop {
+        let due = start + interval * burst;
+        if due >= deadline {
+            return;
+        }
+        tokio::time::sleep_until(due.into()).await;
+        let burst_start = Instant::now();
+        let puts = (0..cfg.aggressor_streams).map(|s| {
+            let (c, b) = (client.clone(), body.clone());
+            async move { c.put(&format!("ckpt-{burst}/shard-{s}"), b).await }
+        });
+        let results = futures::future::join_all(puts).await;
+        let failed = results.iter().find_map(|r| r.as_ref().err());
+        if let Some(e) = failed {
+            eprintln!("\naggressor PUT failed: {e}");
+        } else {
+            bytes.fetch_add(cfg.checkpoint_bytes(), Ordering::Relaxed);
+            let marker = bytes::Bytes::from(format!("{{\"checkpoint\":{burst}}}"));
+            match client.put(&format!("ckpt-{burst}/.metadata"), marker).await {
+                Ok(()) if burst == 0 => {
+                    *first_stall.lock().unwrap_or_else(PoisonError::into_inner) =
+                        Some(burst_start.elapsed().as_secs_f64());
+                }
+                Ok(()) => {}
+                Err(e) => eprintln!("\naggressor marker PUT failed: {e}"),
+            }
+        }
+        burst += 1;
+    }
+}
+
+/// The victim: a GET every `1/rate` seconds on schedule until `seconds` have passed, each
+/// latency measured from its scheduled time. Runs on the calling thread.
+fn victim(client: &S3Client, cfg: &Config, start: Instant) -> (Latencies, usize, u64) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("\nvictim runtime: {e}");
+            return (Latencies::default(), 1, 0);
+        }
+    };
+    rt.block_on(async {
+        let interval = Duration::from_secs_f64(1.0 / cfg.victim_rate_per_s);
+        let deadline = start + Duration::from_secs_f64(cfg.seconds);
+        let mut handles = Vec::new();
+        for k in 0u32.. {
+            let scheduled = start + interval * k;
+            if scheduled >= deadline {
+                break;
+            }
+            tokio::time::sleep_until(scheduled.into()).await;
+            let v = client.clone();
+            let key = format!(
+                "shard-{}",
+                (k as usize + cfg.seed as usize) % cfg.victim_shards
+            );
+            handles.push(tokio::spawn(async move {
+                let r = v.get(&key).await;
+                (scheduled.elapsed(), r)
+            }));
+        }
+        let mut latencies = Latencies::default();
+        let (mut errors, mut victim_bytes) = (0, 0);
+        for h in handles {
+            match h.await {
+                Ok((lat, Ok(n))) => {
+                    latencies.record(lat);
+                    victim_bytes += n;
+                }
+                Ok((_, Err(e))) => {
+                    eprintln!("\nvictim GET failed: {e}");
+                    errors += 1;
+                }
+                Err(_) => errors += 1,
+            }
+        }
+        (latencies, errors, victim_bytes)
+    })
+}
+
+/// Polls the shared tier until `key` exists; returns when it first did, from `since`.
+async fn visible_at(client: &S3Client, key: &str, since: Instant, until: Instant) -> Option<f64> {
+    while Instant::now() < until {
+        if client.exists(key).await {
+            return Some(since.elapsed().as_secs_f64());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
 /// Runs one scenario.
 pub async fn scenario(
     cfg: &Config,
@@ -221,97 +380,82 @@ pub async fn scenario(
     extra = format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n{extra}");
     let gw = procs::start_gateway(&cfg.sluice, &dir, "data", &extra, &tenants)?;
     let endpoint = format!("http://127.0.0.1:{}", gw.port);
-    let victim = S3Client::new(&endpoint, "data", VICTIM_KEY, VICTIM_SECRET)?;
-    let aggressor = S3Client::new(&endpoint, "data", ACCESS_KEY, SECRET_KEY)?;
+    let agent = match kind {
+        Kind::DmClockAgent => Some(procs::start_agent(
+            &cfg.sluice,
+            &dir.join("agent"),
+            &endpoint,
+            &agent_tenants_toml(cfg),
+        )?),
+        _ => None,
+    };
+    let victim_client = S3Client::new(&endpoint, "data", VICTIM_KEY, VICTIM_SECRET)?;
+    let tier_view = S3Client::new(&endpoint, "data", ACCESS_KEY, SECRET_KEY)?;
+    let aggressor_client = match &agent {
+        Some(a) => S3Client::new(
+            &format!("http://127.0.0.1:{}", a.port),
+            "data",
+            ACCESS_KEY,
+            SECRET_KEY,
+        )?,
+        None => tier_view.clone(),
+    };
     let shard = payload(cfg.victim_shard_bytes as usize, cfg.seed);
     for i in 0..cfg.victim_shards {
-        victim.put(&format!("shard-{i}"), shard.clone()).await?;
+        victim_client
+            .put(&format!("shard-{i}"), shard.clone())
+            .await?;
     }
+    // Made before the clock starts: generating it is not part of any measurement.
+    let body = payload(cfg.aggressor_object_bytes as usize, cfg.seed ^ 0xA66);
 
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(cfg.seconds);
     let bytes_before = tier_bytes(metrics_port).await;
-
-    // Aggressor: bursts of `streams` concurrent PUTs, repeated until the deadline.
     let aggressor_bytes = Arc::new(AtomicU64::new(0));
     let first_stall = Arc::new(std::sync::Mutex::new(None::<f64>));
     let aggressor_task = (kind != Kind::Solo).then(|| {
-        let body = payload(cfg.aggressor_object_bytes as usize, cfg.seed ^ 0xA66);
-        let (streams, bytes, stall) = (
-            cfg.aggressor_streams,
+        tokio::spawn(aggressor(
+            aggressor_client,
+            body,
+            cfg.clone(),
+            start,
+            deadline,
             Arc::clone(&aggressor_bytes),
             Arc::clone(&first_stall),
-        );
-        let aggressor = aggressor.clone();
-        tokio::spawn(async move {
-            let mut burst = 0;
-            while Instant::now() < deadline {
-                let burst_start = Instant::now();
-                let puts = (0..streams).map(|s| {
-                    let (a, b, bytes) = (aggressor.clone(), body.clone(), Arc::clone(&bytes));
-                    let len = b.len() as u64;
-                    async move {
-                        let r = a.put(&format!("ckpt-{burst}/shard-{s}"), b).await;
-                        if r.is_ok() {
-                            bytes.fetch_add(len, Ordering::Relaxed);
-                        }
-                        r
-                    }
-                });
-                let results = futures::future::join_all(puts).await;
-                if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-                    eprintln!("\naggressor PUT failed: {e}");
-                }
-                if burst == 0 && results.iter().all(Result::is_ok) {
-                    *stall
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner) =
-                        Some(burst_start.elapsed().as_secs_f64());
-                }
-                burst += 1;
-            }
-        })
+        ))
+    });
+    let drain_until = deadline + Duration::from_secs_f64(cfg.drain_wait_s);
+    let drain_task = agent.is_some().then(|| {
+        let tier = tier_view.clone();
+        tokio::spawn(async move { visible_at(&tier, "ckpt-0/.metadata", start, drain_until).await })
     });
 
-    // Victim: open loop at a fixed rate.
-    let interval = Duration::from_secs_f64(1.0 / cfg.victim_rate_per_s);
-    let mut handles = Vec::new();
-    let mut k: u32 = 0;
-    loop {
-        let scheduled = start + interval * k;
-        if scheduled >= deadline {
-            break;
+    let (done_tx, mut done_rx) = tokio::sync::oneshot::channel();
+    let victim_cfg = cfg.clone();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(victim(&victim_client, &victim_cfg, start));
+    });
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    let (latencies, errors, victim_bytes) = loop {
+        tokio::select! {
+            r = &mut done_rx => break r.map_err(|_| BenchError::Setup("the victim thread died".into()))?,
+            _ = tick.tick() => progress(kind.name(), start.elapsed().as_secs_f64().min(cfg.seconds)),
         }
-        tokio::time::sleep_until(scheduled.into()).await;
-        progress(kind.name(), scheduled.duration_since(start).as_secs_f64());
-        let v = victim.clone();
-        let key = format!(
-            "shard-{}",
-            (k as usize + cfg.seed as usize) % cfg.victim_shards
-        );
-        handles.push(tokio::spawn(async move {
-            let r = v.get(&key).await;
-            (scheduled.elapsed(), r)
-        }));
-        k += 1;
-    }
-    let mut latencies = Latencies::default();
-    let mut errors = 0;
-    let mut victim_bytes = 0;
-    for h in handles {
-        match h.await {
-            Ok((lat, Ok(n))) => {
-                latencies.record(lat);
-                victim_bytes += n;
-            }
-            _ => errors += 1,
-        }
-    }
+    };
     let elapsed = start.elapsed().as_secs_f64();
     let bytes_after = tier_bytes(metrics_port).await;
     if let Some(t) = aggressor_task {
         t.abort();
     }
+    let drain_completion_s = match drain_task {
+        Some(t) => {
+            progress("draining", cfg.seconds);
+            t.await.ok().flatten()
+        }
+        None => *first_stall.lock().unwrap_or_else(PoisonError::into_inner),
+    };
+    drop(agent);
     drop(gw);
     let _ = std::fs::remove_dir_all(&dir);
     let p99 = latencies.quantile(0.99);
@@ -323,15 +467,17 @@ pub async fn scenario(
         victim_p99_vs_solo: solo_p99.map_or(1.0, |s| p99 / s),
         victim_requests: latencies.len(),
         victim_errors: errors,
-        victim_throughput_bps: victim_bytes as f64 / elapsed,
+        victim_throughput_bps: victim_bytes as f64 / elapsed.max(cfg.seconds),
         victim_target_bps: cfg.victim_target_bps(),
-        aggressor_stall_s: *first_stall
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
+        aggressor_stall_s: *first_stall.lock().unwrap_or_else(PoisonError::into_inner),
         aggressor_bytes: aggressor_bytes.load(Ordering::Relaxed),
         tier_utilization: bytes_after.saturating_sub(bytes_before) as f64
             / (cfg.tier_bandwidth_bps * elapsed),
-        drain_completion_s: None,
+        drain_completion_s: if kind == Kind::Solo {
+            None
+        } else {
+            drain_completion_s
+        },
         latencies,
     })
 }
@@ -340,7 +486,7 @@ pub async fn scenario(
 pub async fn run(cfg: Config, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&cfg.workdir)?;
     let mut scenarios: Vec<Scenario> = Vec::new();
-    for kind in [Kind::Solo, Kind::Fifo, Kind::RateLimit, Kind::DmClock] {
+    for kind in Kind::ALL {
         let solo = scenarios.first().map(|s| s.victim_p99_s);
         scenarios.push(scenario(&cfg, kind, solo, progress).await?);
     }
@@ -357,7 +503,7 @@ pub fn table(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:>9} {:>9} {:>10} {:>8} {:>15} {:>10} {:>8} {:>8}",
+        "{:<14} {:>9} {:>9} {:>10} {:>8} {:>15} {:>10} {:>10} {:>8} {:>6}",
         "scenario",
         "p50",
         "p99",
@@ -365,13 +511,14 @@ pub fn table(r: &Report) -> String {
         "p99/solo",
         "victim MiB/s",
         "agg stall",
+        "on tier",
         "tier use",
         "errors"
     );
     for s in &r.scenarios {
         let _ = writeln!(
             out,
-            "{:<14} {:>8.1}ms {:>8.1}ms {:>9.1}ms {:>7.2}x {:>7.1} of {:>4.0} {:>10} {:>7.0}% {:>8}",
+            "{:<14} {:>8.1}ms {:>8.1}ms {:>9.1}ms {:>7.2}x {:>7.1} of {:>4.0} {:>10} {:>10} {:>7.0}% {:>6}",
             s.name,
             s.victim_p50_s * 1e3,
             s.victim_p99_s * 1e3,
@@ -380,6 +527,8 @@ pub fn table(r: &Report) -> String {
             s.victim_throughput_bps / MIB,
             s.victim_target_bps / MIB,
             s.aggressor_stall_s
+                .map_or("-".to_owned(), |v| format!("{v:.1}s")),
+            s.drain_completion_s
                 .map_or("-".to_owned(), |v| format!("{v:.1}s")),
             s.tier_utilization * 100.0,
             s.victim_errors

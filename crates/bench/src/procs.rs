@@ -1,4 +1,4 @@
-//! Child processes on loopback for benchmarks: a sluice gateway and SeaweedFS.
+//! Child processes on loopback for benchmarks: a sluice gateway, a node agent and SeaweedFS.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -139,6 +139,40 @@ pub fn start_gateway(
     let log = std::fs::File::create(dir.join("gateway.log"))?;
     let mut child = Command::new(sluice)
         .args(["gateway", "--config"])
+        .arg(&config)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()?;
+    wait_for_port(port, &mut child, Duration::from_secs(30))?;
+    Ok(Proc { child, port })
+}
+
+/// Starts `sluice agent` on a free port, draining to `upstream`, with `tenants_toml` (its
+/// `[[tenant]]` entries, keys included).
+pub fn start_agent(
+    sluice: &Path,
+    dir: &Path,
+    upstream: &str,
+    tenants_toml: &str,
+) -> Result<Proc, BenchError> {
+    std::fs::create_dir_all(dir)?;
+    let port = free_port()?;
+    let config = dir.join("agent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[agent]\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\nupstream = \"{upstream}\"\n\n{tenants_toml}",
+            dir.join("data").display()
+        ),
+    )?;
+    let log = std::fs::File::create(dir.join("agent.log"))?;
+    // At the lowest CPU priority: on a cluster the agent runs on the trainer's node, not on
+    // the machine that serves the shared tier; here they share two cores.
+    let mut child = Command::new("nice")
+        .args(["-n", "19"])
+        .arg(sluice)
+        .args(["agent", "--config"])
         .arg(&config)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
