@@ -4,6 +4,7 @@
 //! - [`auth`]: one SigV4 path, tenant resolution, name validation (the namespace boundary);
 //! - [`front`]: the S3 operations, confined to the caller's namespace, with quota reserved
 //!   before bytes move (the capacity boundary);
+//! - [`checksum`]: the `x-amz-checksum-*` a client attaches to a body, verified on the way in;
 //! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix;
 //! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status.
 //!
@@ -12,6 +13,7 @@
 
 pub mod auth;
 pub mod blob;
+pub mod checksum;
 pub mod error;
 pub mod front;
 pub mod name;
