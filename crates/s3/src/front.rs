@@ -13,6 +13,8 @@ mod listing;
 mod multipart;
 mod objects;
 
+pub use buckets::owner;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -131,6 +133,11 @@ impl Front {
             started.elapsed(),
         );
         Ok(S3Response::new(result?))
+    }
+
+    /// The region this endpoint answers for.
+    pub fn region(&self) -> &str {
+        &self.inner.config.region
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
