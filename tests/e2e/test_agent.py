@@ -153,6 +153,37 @@ def test_reads_merge_the_node_and_the_shared_tier(tmp_path, tier):
         agent.stop()
 
 
+def test_buckets_and_owners_read_the_same_through_the_node(tmp_path, tier):
+    """Regression: the node answered ListBuckets from its own catalog only (`aws s3 ls` and
+    s3fs's `ls("")` on the node missed buckets made on the shared tier), left `Owner` out of
+    listings asked for with fetch-owner (and of ListObjects v1), and answered
+    GetBucketLocation/GetBucketVersioning for an upstream-only bucket with NoSuchBucket."""
+    upstream = tier.client("alice")
+    upstream.create_bucket(Bucket="shared-data")
+    upstream.put_object(Bucket="shared-data", Key="x", Body=b"1")
+    agent = start_agent(tmp_path, tier)
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="node-ckpt")
+        names = lambda c: [b["Name"] for b in c.list_buckets()["Buckets"]]  # noqa: E731
+        assert names(node) == ["node-ckpt", "shared-data"]
+        assert names(agent.client(DEFAULT_TENANTS[1])) == []
+        assert node.get_bucket_location(Bucket="shared-data").get("LocationConstraint") in (None, "")
+        assert "Status" not in node.get_bucket_versioning(Bucket="shared-data")
+        owned = node.list_objects_v2(Bucket="shared-data", FetchOwner=True)["Contents"]
+        assert [o["Owner"]["ID"] for o in owned] == ["alice"]
+        assert "Owner" not in node.list_objects_v2(Bucket="shared-data")["Contents"][0]
+        assert node.list_objects(Bucket="shared-data")["Contents"][0]["Owner"]["ID"] == "alice"
+        agent.wait_drained("alice", timeout=30)
+        assert names(node) == ["node-ckpt", "shared-data"]  # both sides have node-ckpt now: once
+        node.delete_bucket(Bucket="node-ckpt")
+        assert names(node) == ["shared-data"]  # at once, whether or not the delete drained
+        agent.wait_drained("alice", timeout=30)
+        assert names(upstream) == ["shared-data"]
+    finally:
+        agent.stop()
+
+
 def test_shared_tier_outage_fills_the_local_quota_then_drains(tmp_path, tier):
     tier.stop()
     agent = start_agent(tmp_path, tier, alice={"local_capacity": "8MiB"})

@@ -48,7 +48,7 @@
 //! lost — never in part, and never a marker before its checkpoint (the lost ops are the
 //! newest, and everything a marker waits for has lower sequence numbers).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::ops::Bound;
 use std::sync::Arc;
 
@@ -424,6 +424,16 @@ impl Journal {
         }
         txn.commit()?;
         Ok(true)
+    }
+
+    /// The tenant's buckets deleted here whose deletion has not reached upstream yet.
+    pub fn pending_bucket_deletes(&self, tenant: &str) -> Result<HashSet<String>, MetaError> {
+        Ok(self
+            .pending()?
+            .into_iter()
+            .filter(|o| o.tenant == tenant && o.kind == OpKind::DeleteBucket)
+            .map(|o| o.bucket)
+            .collect())
     }
 
     /// Is the newest op on this key a delete not yet applied upstream?

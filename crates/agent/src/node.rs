@@ -5,10 +5,11 @@
 //! [`crate::journal`]); when a bucket exists upstream but not yet on this node it is created
 //! locally first. Reads prefer the local copy (it is the newest: a local object is either
 //! not yet drained or identical upstream) and fall back to upstream, except for keys whose
-//! newest change is a delete still on its way up. Listings merge both sides the same way.
+//! newest change is a delete still on its way up. Listings merge both sides the same way, and
+//! so does ListBuckets (a bucket whose deletion here is still on its way up is gone).
 //! Every other operation is forwarded as is.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
 use std::sync::{Arc, PoisonError};
 
@@ -23,7 +24,7 @@ use sluice_s3::{Caller, Front};
 
 use crate::drain::Drain;
 use crate::journal::Journal;
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Upstream, UpstreamBucket, UpstreamError};
 
 /// The node agent's S3 implementation.
 #[derive(Clone)]
@@ -510,7 +511,11 @@ fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-fn contents(objects: Vec<(String, Listed)>, enc: bool) -> Vec<dto::Object> {
+fn contents(
+    objects: Vec<(String, Listed)>,
+    enc: bool,
+    owner: Option<&dto::Owner>,
+) -> Vec<dto::Object> {
     objects
         .into_iter()
         .map(|(k, l)| dto::Object {
@@ -521,9 +526,36 @@ fn contents(objects: Vec<(String, Listed)>, enc: bool) -> Vec<dto::Object> {
             storage_class: Some(dto::ObjectStorageClass::from_static(
                 dto::ObjectStorageClass::STANDARD,
             )),
+            owner: owner.cloned(),
             ..Default::default()
         })
         .collect()
+}
+
+/// Adds to this node's buckets the tenant's buckets upstream, except those whose deletion
+/// here has not reached upstream yet; sorted by name, as S3 lists them.
+fn merge_buckets(
+    local: &mut Vec<dto::Bucket>,
+    upstream: Vec<UpstreamBucket>,
+    deleting: &HashSet<String>,
+    region: &str,
+) {
+    let here: HashSet<String> = local.iter().filter_map(|b| b.name.clone()).collect();
+    for b in upstream {
+        if here.contains(&b.name) || deleting.contains(&b.name) {
+            continue;
+        }
+        let created = b
+            .creation_date
+            .as_deref()
+            .and_then(|d| Timestamp::parse(dto::TimestampFormat::DateTime, d).ok());
+        local.push(dto::Bucket {
+            name: Some(b.name),
+            creation_date: created,
+            bucket_region: Some(region.to_owned()),
+        });
+    }
+    local.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 fn common(prefixes: Vec<String>, enc: bool) -> Vec<dto::CommonPrefix> {
@@ -541,7 +573,25 @@ impl S3 for NodeS3 {
         &self,
         req: S3Request<dto::ListBucketsInput>,
     ) -> S3Result<S3Response<dto::ListBucketsOutput>> {
-        self.front.list_buckets(req).await
+        let tenant = caller(&req)?;
+        let mut resp = self.front.list_buckets(req).await?;
+        match self.upstream.list_buckets(&tenant).await {
+            Ok(upstream) => {
+                let t = tenant.to_string();
+                let deleting = self.blocking(move |j| j.pending_bucket_deletes(&t)).await?;
+                let region = self.front.region().to_owned();
+                merge_buckets(
+                    resp.output.buckets.get_or_insert_with(Vec::new),
+                    upstream,
+                    &deleting,
+                    &region,
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, tenant = %tenant, "listing this node's buckets only: upstream unavailable");
+            }
+        }
+        Ok(resp)
     }
 
     async fn delete_bucket(
@@ -555,6 +605,8 @@ impl S3 for NodeS3 {
         &self,
         req: S3Request<dto::GetBucketLocationInput>,
     ) -> S3Result<S3Response<dto::GetBucketLocationOutput>> {
+        let tenant = caller(&req)?;
+        self.ensure_bucket(&tenant, &req.input.bucket).await?;
         self.front.get_bucket_location(req).await
     }
 
@@ -562,6 +614,8 @@ impl S3 for NodeS3 {
         &self,
         req: S3Request<dto::GetBucketVersioningInput>,
     ) -> S3Result<S3Response<dto::GetBucketVersioningOutput>> {
+        let tenant = caller(&req)?;
+        self.ensure_bucket(&tenant, &req.input.bucket).await?;
         self.front.get_bucket_versioning(req).await
     }
 
@@ -772,7 +826,15 @@ impl S3 for NodeS3 {
             } else {
                 None
             },
-            contents: Some(contents(m.objects, enc)),
+            contents: Some(contents(
+                m.objects,
+                enc,
+                input
+                    .fetch_owner
+                    .unwrap_or(false)
+                    .then(|| sluice_s3::front::owner(&tenant))
+                    .as_ref(),
+            )),
             common_prefixes: Some(common(m.prefixes, enc)),
             encoding_type: enc.then(|| dto::EncodingType::from_static(dto::EncodingType::URL)),
             ..Default::default()
@@ -810,10 +872,51 @@ impl S3 for NodeS3 {
             } else {
                 None
             },
-            contents: Some(contents(m.objects, enc)),
+            // ListObjects (v1) always names the owner, as the gateway does.
+            contents: Some(contents(
+                m.objects,
+                enc,
+                Some(&sluice_s3::front::owner(&tenant)),
+            )),
             common_prefixes: Some(common(m.prefixes, enc)),
             encoding_type: enc.then(|| dto::EncodingType::from_static(dto::EncodingType::URL)),
             ..Default::default()
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(name: &str) -> dto::Bucket {
+        dto::Bucket {
+            name: Some(name.to_owned()),
+            ..Default::default()
+        }
+    }
+
+    fn upstream(name: &str) -> UpstreamBucket {
+        UpstreamBucket {
+            name: name.to_owned(),
+            creation_date: Some("2026-01-02T03:04:05.000Z".to_owned()),
+        }
+    }
+
+    #[test]
+    fn bucket_listing_is_the_union_less_deletions_on_their_way_up() {
+        let mut local = vec![bucket("zeta"), bucket("ckpt")];
+        let deleting: HashSet<String> = ["old".to_owned()].into();
+        merge_buckets(
+            &mut local,
+            vec![upstream("ckpt"), upstream("data"), upstream("old")],
+            &deleting,
+            "us-east-1",
+        );
+        let names: Vec<_> = local.iter().filter_map(|b| b.name.as_deref()).collect();
+        assert_eq!(names, ["ckpt", "data", "zeta"]);
+        let data = &local[1];
+        assert!(data.creation_date.is_some());
+        assert_eq!(data.bucket_region.as_deref(), Some("us-east-1"));
     }
 }

@@ -11,7 +11,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use s3s::service::S3Service;
+use sluice_s3::HttpService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -62,7 +62,7 @@ impl StatusRoutes {
 /// Accepts connections until `stop` turns true. `s3`: `None` on the status-only listener.
 pub async fn serve(
     listener: TcpListener,
-    s3: Option<S3Service>,
+    s3: Option<HttpService>,
     routes: StatusRoutes,
     mut stop: watch::Receiver<bool>,
 ) {

@@ -151,7 +151,8 @@ impl Upstream {
         Ok(store)
     }
 
-    /// A signed bucket-level request (CreateBucket, HeadBucket, DeleteBucket); the status.
+    /// A signed bucket-level request (CreateBucket, HeadBucket, DeleteBucket; ListBuckets
+    /// with an empty `bucket`): the status and body.
     async fn bucket_call(
         &self,
         tenant: &str,
@@ -215,6 +216,19 @@ impl Upstream {
             http::StatusCode::NOT_FOUND => Ok(false),
             s => Err(Self::classify(s, &body)),
         }
+    }
+
+    /// The tenant's buckets upstream (ListBuckets): names and creation times.
+    pub async fn list_buckets(&self, tenant: &str) -> Result<Vec<UpstreamBucket>, UpstreamError> {
+        let (status, body) = self.bucket_call(tenant, http::Method::GET, "").await?;
+        if !status.is_success() {
+            return Err(Self::classify(status, &body));
+        }
+        let text = std::str::from_utf8(&body)
+            .map_err(|e| UpstreamError::Transient(format!("ListBuckets answer: {e}")))?;
+        let parsed: ListAllMyBucketsResult = quick_xml::de::from_str(text)
+            .map_err(|e| UpstreamError::Transient(format!("ListBuckets answer: {e}")))?;
+        Ok(parsed.buckets.bucket)
     }
 
     /// Deletes the bucket upstream; absent or not empty upstream is reported, not retried.
@@ -370,6 +384,28 @@ impl Upstream {
     }
 }
 
+/// One bucket of an upstream ListBuckets answer.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct UpstreamBucket {
+    pub name: String,
+    /// As S3 writes it (ISO 8601).
+    pub creation_date: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ListAllMyBucketsResult {
+    #[serde(default)]
+    buckets: BucketList,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct BucketList {
+    #[serde(default, rename = "Bucket")]
+    bucket: Vec<UpstreamBucket>,
+}
+
 /// The object's representation headers and user metadata, for the upstream copy.
 fn attributes(object: &ObjectRecord) -> Attributes {
     let mut a = Attributes::new();
@@ -393,4 +429,30 @@ fn attributes(object: &ObjectRecord) -> Attributes {
         );
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_buckets_answers_parse() {
+        let xml = r#"<?xml version="1.0" encoding="UTF-8"?>
+<ListAllMyBucketsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Buckets><Bucket><Name>ckpt</Name><CreationDate>2026-11-29T18:30:29.000Z</CreationDate><BucketRegion>us-east-1</BucketRegion></Bucket><Bucket><Name>data</Name></Bucket></Buckets><Owner><ID>alice</ID><DisplayName>alice</DisplayName></Owner></ListAllMyBucketsResult>"#;
+        let parsed: ListAllMyBucketsResult = quick_xml::de::from_str(xml).expect("parses");
+        let names: Vec<_> = parsed
+            .buckets
+            .bucket
+            .iter()
+            .map(|b| b.name.as_str())
+            .collect();
+        assert_eq!(names, ["ckpt", "data"]);
+        assert_eq!(
+            parsed.buckets.bucket[0].creation_date.as_deref(),
+            Some("2026-11-29T18:30:29.000Z")
+        );
+        let empty = r"<ListAllMyBucketsResult><Buckets></Buckets></ListAllMyBucketsResult>";
+        let parsed: ListAllMyBucketsResult = quick_xml::de::from_str(empty).expect("parses");
+        assert!(parsed.buckets.bucket.is_empty());
+    }
 }

@@ -190,7 +190,7 @@ impl Gateway {
 
 async fn serve(
     listener: TcpListener,
-    service: s3s::service::S3Service,
+    service: sluice_s3::HttpService,
     mut stop: watch::Receiver<bool>,
 ) {
     let http = auto::Builder::new(TokioExecutor::new());

@@ -32,6 +32,9 @@ pub enum ApiError {
     BadDigest,
     #[error("the Content-MD5 you specified is not valid")]
     InvalidDigest,
+    /// An `x-amz-checksum-*` header or trailer that does not match the body (algorithm name).
+    #[error("The {0} you specified did not match the calculated checksum.")]
+    ChecksumMismatch(&'static str),
     #[error("{0}")]
     MalformedXml(String),
     #[error("the requested range is not satisfiable")]
@@ -107,7 +110,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
         ApiError::BodyTooLong | ApiError::Body(_) => with(C::InvalidRequest, msg),
         ApiError::EntityTooLarge(_) => with(C::EntityTooLarge, msg),
         ApiError::InvalidRange => with(C::InvalidRange, msg),
-        ApiError::BadDigest => with(C::BadDigest, msg),
+        ApiError::BadDigest | ApiError::ChecksumMismatch(_) => with(C::BadDigest, msg),
         ApiError::InvalidDigest => with(C::InvalidDigest, msg),
         ApiError::MalformedXml(_) => with(C::MalformedXML, msg),
         ApiError::InvalidArgument(_) => with(C::InvalidArgument, msg),

@@ -13,6 +13,8 @@ mod listing;
 mod multipart;
 mod objects;
 
+pub use buckets::owner;
+
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -25,6 +27,7 @@ use sluice_throttle::Throttle;
 
 use crate::auth::Caller;
 use crate::blob::{BlobStore, Pacer};
+use crate::checksum::Expected;
 use crate::error::{ApiError, ApiResult};
 
 /// Settings of the front end.
@@ -130,6 +133,11 @@ impl Front {
             started.elapsed(),
         );
         Ok(S3Response::new(result?))
+    }
+
+    /// The region this endpoint answers for.
+    pub fn region(&self) -> &str {
+        &self.inner.config.region
     }
 
     pub fn catalog(&self) -> &Arc<Catalog> {
@@ -248,7 +256,13 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
-        op!(self, req, "PutObject", put_object_op)
+        let checksum = Expected::from_request(&req.headers, req.trailing_headers.as_ref());
+        let tenant = caller(&req)?;
+        let input = req.input;
+        self.run("PutObject", tenant, |t| async move {
+            self.put_object_op(&t, input, checksum?).await
+        })
+        .await
     }
 
     async fn get_object(
@@ -323,7 +337,13 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::UploadPartInput>,
     ) -> S3Result<S3Response<dto::UploadPartOutput>> {
-        op!(self, req, "UploadPart", upload_part_op)
+        let checksum = Expected::from_request(&req.headers, req.trailing_headers.as_ref());
+        let tenant = caller(&req)?;
+        let input = req.input;
+        self.run("UploadPart", tenant, |t| async move {
+            self.upload_part_op(&t, input, checksum?).await
+        })
+        .await
     }
 
     async fn upload_part_copy(

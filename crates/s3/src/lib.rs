@@ -4,35 +4,40 @@
 //! - [`auth`]: one SigV4 path, tenant resolution, name validation (the namespace boundary);
 //! - [`front`]: the S3 operations, confined to the caller's namespace, with quota reserved
 //!   before bytes move (the capacity boundary);
+//! - [`checksum`]: the `x-amz-checksum-*` a client attaches to a body, verified on the way in;
 //! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix;
-//! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status.
+//! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status;
+//! - [`connection`]: the service as hyper serves it, with the connection rules clients need.
 //!
 //! It does not own listeners, configuration files or process lifecycle (the gateway and agent
 //! crates do), nor metadata storage (`sluice-meta`).
 
 pub mod auth;
 pub mod blob;
+pub mod checksum;
+pub mod connection;
 pub mod error;
 pub mod front;
 pub mod name;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants};
 pub use blob::BlobStore;
+pub use connection::HttpService;
 pub use front::{Front, FrontConfig};
 
 use std::sync::Arc;
 
 use s3s::config::{S3Config, StaticConfigProvider};
-use s3s::service::{S3Service, S3ServiceBuilder};
+use s3s::service::S3ServiceBuilder;
 
 /// The HTTP service: signature verification, tenant access checks, then `front`.
-pub fn service(front: Front, tenants: &Arc<Tenants>) -> S3Service {
+pub fn service(front: Front, tenants: &Arc<Tenants>) -> HttpService {
     service_with(front, tenants)
 }
 
 /// The same service around any [`s3s::S3`] implementation, e.g. the node agent's decorator
 /// of [`Front`]: the same signature check, access rules and limits.
-pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> S3Service {
+pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> HttpService {
     let mut b = S3ServiceBuilder::new(s3);
     b.set_auth(TenantAuth(Arc::clone(tenants)));
     b.set_access(TenantAccess(Arc::clone(tenants)));
@@ -41,5 +46,5 @@ pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> S3Service {
     config.presigned_url_max_skew_time_secs = 15 * 60;
     config.xml_max_body_size = 4 * 1024 * 1024;
     b.set_config(Arc::new(StaticConfigProvider::new(Arc::new(config))));
-    b.build()
+    HttpService::new(b.build())
 }

@@ -97,7 +97,8 @@ impl Front {
     }
 }
 
-pub(super) fn owner(tenant: &str) -> dto::Owner {
+/// The owner S3 reports for a tenant's buckets and objects (ListBuckets, fetch-owner).
+pub fn owner(tenant: &str) -> dto::Owner {
     dto::Owner {
         display_name: Some(tenant.to_owned()),
         id: Some(tenant.to_owned()),

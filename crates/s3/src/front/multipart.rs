@@ -8,6 +8,7 @@ use sluice_meta::{PartRecord, PartSpec, UploadRecord};
 use super::buckets::owner;
 use super::objects::Representation;
 use super::{Front, etag, now_ms, timestamp};
+use crate::checksum::{self, Algorithm, Expected};
 use crate::error::{ApiError, ApiResult};
 
 const MAX_PART_NUMBER: i32 = 10_000;
@@ -128,23 +129,26 @@ impl Front {
         &self,
         tenant: &str,
         input: dto::UploadPartInput,
+        expected: Expected,
     ) -> ApiResult<dto::UploadPartOutput> {
         let number = part_number(input.part_number)?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;
-        let (blob, written, reservation) = self
+        let received = self
             .receive(
                 tenant,
                 &input.bucket,
                 input.body,
                 input.content_length,
                 input.content_md5.as_deref(),
+                &expected,
             )
             .await?;
+        let etag_hex = received.written.etag();
         let part = PartRecord {
-            blob,
-            size: written.size,
-            etag: written.etag(),
+            blob: received.blob,
+            size: received.written.size,
+            etag: etag_hex.clone(),
             last_modified_ms: now_ms(),
         };
         self.commit_part(
@@ -154,11 +158,17 @@ impl Front {
             &input.key,
             number,
             part,
-            reservation,
+            received.reservation,
         )
         .await?;
+        let digest = received.checksum.as_ref();
         Ok(dto::UploadPartOutput {
-            e_tag: Some(etag(&written.etag())),
+            e_tag: Some(etag(&etag_hex)),
+            checksum_crc32: checksum::value(digest, Algorithm::Crc32),
+            checksum_crc32c: checksum::value(digest, Algorithm::Crc32c),
+            checksum_crc64nvme: checksum::value(digest, Algorithm::Crc64Nvme),
+            checksum_sha1: checksum::value(digest, Algorithm::Sha1),
+            checksum_sha256: checksum::value(digest, Algorithm::Sha256),
             ..Default::default()
         })
     }

@@ -10,6 +10,7 @@ use sluice_meta::{ObjectRecord, Segment};
 
 use super::{Front, etag, now_ms, timestamp};
 use crate::blob::{BlobStore, BodyLimits, Written};
+use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
 
@@ -56,6 +57,15 @@ impl Representation {
             metadata: metadata.unwrap_or_default().into_iter().collect(),
         }
     }
+}
+
+/// A request body stored in a new blob, not yet referenced by the catalog.
+pub(super) struct Received {
+    pub blob: String,
+    pub written: Written,
+    pub reservation: sluice_meta::Reservation,
+    /// The client's `x-amz-checksum-*`, verified against the body.
+    pub checksum: Option<Digest>,
 }
 
 /// The declared length of a request body, if known.
@@ -123,7 +133,8 @@ impl Front {
     }
 
     /// Stores a client's request body (PutObject, UploadPart) in a new blob: the declared
-    /// length reserved first, the size limit enforced, Content-MD5 checked.
+    /// length reserved first, the size limit enforced, Content-MD5 and the `x-amz-checksum-*`
+    /// the client declared checked (the verified checksum is returned, for the response).
     pub(super) async fn receive(
         &self,
         tenant: &str,
@@ -131,25 +142,36 @@ impl Front {
         body: Option<StreamingBlob>,
         content_length: Option<i64>,
         content_md5: Option<&str>,
-    ) -> ApiResult<(String, Written, sluice_meta::Reservation)> {
+        checksum: &Expected,
+    ) -> ApiResult<Received> {
         let body = body.unwrap_or_else(|| {
             StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
         });
         let declared = declared_length(&body, content_length);
+        let mut body = Hashing::new(body, checksum.algorithm());
         let (blob, written, reservation) = self
             .store_body(
                 tenant,
                 bucket,
-                body,
+                &mut body,
                 declared,
                 self.config().max_object_size,
             )
             .await?;
-        if let Err(e) = check_md5(content_md5, &written) {
-            self.blobs().delete(tenant, [blob]).await;
-            return Err(e);
+        let verified =
+            check_md5(content_md5, &written).and_then(|()| checksum.verify(body.finish()));
+        match verified {
+            Ok(checksum) => Ok(Received {
+                blob,
+                written,
+                reservation,
+                checksum,
+            }),
+            Err(e) => {
+                self.blobs().delete(tenant, [blob]).await;
+                Err(e)
+            }
         }
-        Ok((blob, written, reservation))
     }
 
     /// Makes `rec` visible at `key`; deletes the blobs it replaced, or on failure its own.
@@ -192,18 +214,20 @@ impl Front {
         &self,
         tenant: &str,
         input: dto::PutObjectInput,
+        expected: Expected,
     ) -> ApiResult<dto::PutObjectOutput> {
         if input.if_none_match.is_some() || input.if_match.is_some() {
             return Err(ApiError::NotImplemented("conditional PutObject"));
         }
         self.require_bucket(tenant, &input.bucket).await?;
-        let (blob, written, reservation) = self
+        let received = self
             .receive(
                 tenant,
                 &input.bucket,
                 input.body,
                 input.content_length,
                 input.content_md5.as_deref(),
+                &expected,
             )
             .await?;
         let repr = Representation::new(
@@ -214,13 +238,21 @@ impl Front {
             input.content_language,
             input.metadata,
         );
-        let rec = single_blob_object(blob, &written, repr);
+        let rec = single_blob_object(received.blob, &received.written, repr);
         let rec = self
-            .commit_object(tenant, &input.bucket, &input.key, rec, reservation)
+            .commit_object(tenant, &input.bucket, &input.key, rec, received.reservation)
             .await?;
+        let digest = received.checksum.as_ref();
         Ok(dto::PutObjectOutput {
             e_tag: Some(etag(&rec.etag)),
             size: i64::try_from(rec.size).ok(),
+            checksum_crc32: checksum::value(digest, Algorithm::Crc32),
+            checksum_crc32c: checksum::value(digest, Algorithm::Crc32c),
+            checksum_crc64nvme: checksum::value(digest, Algorithm::Crc64Nvme),
+            checksum_sha1: checksum::value(digest, Algorithm::Sha1),
+            checksum_sha256: checksum::value(digest, Algorithm::Sha256),
+            checksum_type: digest
+                .map(|_| dto::ChecksumType::from_static(dto::ChecksumType::FULL_OBJECT)),
             ..Default::default()
         })
     }
