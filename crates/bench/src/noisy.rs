@@ -541,10 +541,10 @@ pub fn table(r: &Report) -> String {
 /// per scenario.
 pub fn svg(r: &Report) -> String {
     use std::fmt::Write;
-    const W: f64 = 900.0;
+    const W: f64 = 1000.0;
     const H: f64 = 520.0;
-    const L: f64 = 80.0;
-    const R: f64 = 170.0;
+    const L: f64 = 115.0;
+    const R: f64 = 235.0;
     const T: f64 = 50.0;
     const B: f64 = 60.0;
     let colors = [

@@ -18,7 +18,7 @@ pub enum Command {
 
 #[derive(clap::Args)]
 pub struct NoisyArgs {
-    /// A shorter run (about 45 s instead of about 2.5 min).
+    /// A shorter run (about 50 s instead of about 2 min 20 s).
     #[arg(long)]
     pub quick: bool,
     /// Write the report as JSON to this file.
