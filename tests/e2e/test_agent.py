@@ -184,6 +184,38 @@ def test_buckets_and_owners_read_the_same_through_the_node(tmp_path, tier):
         agent.stop()
 
 
+def test_object_versions_list_both_tiers_through_the_node(tmp_path, tier):
+    """ListObjectVersions through the node sees what ListObjectsV2 sees: objects only
+    upstream and objects only on the node (not yet drained), each once, version "null",
+    with pagination by key marker."""
+    upstream = tier.client("alice")
+    upstream.create_bucket(Bucket="versions")
+    upstream.put_object(Bucket="versions", Key="a-upstream", Body=b"up")
+    agent = start_agent(tmp_path, tier)
+    try:
+        node = agent.client(ALICE)
+        node.put_object(Bucket="versions", Key="b-node", Body=b"node")
+        node.put_object(Bucket="versions", Key="c-node", Body=b"node2")
+        seen = []
+        kwargs = {"Bucket": "versions", "MaxKeys": 2}
+        while True:
+            page = node.list_object_versions(**kwargs)
+            seen += [(v["Key"], v["VersionId"], v["IsLatest"], v["Size"]) for v in page["Versions"]]
+            if not page["IsTruncated"]:
+                break
+            kwargs["KeyMarker"] = page["NextKeyMarker"]
+        assert seen == [("a-upstream", "null", True, 2), ("b-node", "null", True, 4),
+                        ("c-node", "null", True, 5)]
+        v2 = [o["Key"] for o in node.list_objects_v2(Bucket="versions")["Contents"]]
+        assert v2 == [k for k, *_ in seen]
+        agent.wait_drained("alice", timeout=30)
+        # Drained, each key is on both tiers now: still listed once.
+        after = node.list_object_versions(Bucket="versions")["Versions"]
+        assert [(v["Key"], v["Size"]) for v in after] == [(k, n) for k, _, _, n in seen]
+    finally:
+        agent.stop()
+
+
 def test_shared_tier_outage_fills_the_local_quota_then_drains(tmp_path, tier):
     tier.stop()
     agent = start_agent(tmp_path, tier, alice={"local_capacity": "8MiB"})

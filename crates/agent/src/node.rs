@@ -619,11 +619,66 @@ impl S3 for NodeS3 {
         self.front.get_bucket_versioning(req).await
     }
 
+    /// Buckets are unversioned: every key of the merged listing (node and upstream, as
+    /// ListObjectsV2 sees them) is one version, `null`, the latest. The key marker alone
+    /// resumes.
     async fn list_object_versions(
         &self,
         req: S3Request<dto::ListObjectVersionsInput>,
     ) -> S3Result<S3Response<dto::ListObjectVersionsOutput>> {
-        self.front.list_object_versions(req).await
+        let tenant = caller(&req)?;
+        let input = req.input;
+        let enc = url_encoding(input.encoding_type.as_ref())?;
+        let max = max_keys(input.max_keys)?;
+        let prefix = input.prefix.clone().unwrap_or_default();
+        let marker = input.key_marker.clone().filter(|m| !m.is_empty());
+        let m = self
+            .merged(
+                &tenant,
+                &input.bucket,
+                &prefix,
+                input.delimiter.as_deref(),
+                marker.as_deref(),
+                max,
+            )
+            .await?;
+        let owner = sluice_s3::front::owner(&tenant);
+        let versions = m
+            .objects
+            .into_iter()
+            .map(|(k, l)| dto::ObjectVersion {
+                key: Some(url_encode(enc, k)),
+                version_id: Some("null".into()),
+                is_latest: Some(true),
+                size: i64::try_from(l.size).ok(),
+                e_tag: Some(strong(&l.etag)),
+                last_modified: Some(ts_ms(l.last_modified_ms)),
+                owner: Some(owner.clone()),
+                storage_class: Some(dto::ObjectVersionStorageClass::from_static(
+                    dto::ObjectVersionStorageClass::STANDARD,
+                )),
+                ..Default::default()
+            })
+            .collect();
+        Ok(S3Response::new(dto::ListObjectVersionsOutput {
+            name: Some(input.bucket),
+            prefix: Some(url_encode(enc, prefix)),
+            delimiter: input.delimiter.map(|d| url_encode(enc, d)),
+            key_marker: Some(url_encode(enc, input.key_marker.unwrap_or_default())),
+            version_id_marker: input.version_id_marker,
+            max_keys: i32::try_from(max).ok(),
+            is_truncated: Some(m.truncated),
+            next_key_marker: if m.truncated {
+                m.last.map(|l| url_encode(enc, l))
+            } else {
+                None
+            },
+            next_version_id_marker: m.truncated.then(|| "null".to_owned()),
+            common_prefixes: Some(common(m.prefixes, enc)),
+            versions: Some(versions),
+            encoding_type: enc.then(|| dto::EncodingType::from_static(dto::EncodingType::URL)),
+            ..Default::default()
+        }))
     }
 
     async fn complete_multipart_upload(

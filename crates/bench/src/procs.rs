@@ -136,10 +136,22 @@ pub fn start_gateway(
             }
         }
     }
-    let log = std::fs::File::create(dir.join("gateway.log"))?;
-    let mut child = Command::new(sluice)
-        .args(["gateway", "--config"])
-        .arg(&config)
+    serve(Command::new(sluice), "gateway", &config, dir, port)
+}
+
+/// Runs `cmd <role> --config <config>` with its log in `dir/<role>.log` until it listens on
+/// `port`.
+fn serve(
+    mut cmd: Command,
+    role: &str,
+    config: &Path,
+    dir: &Path,
+    port: u16,
+) -> Result<Proc, BenchError> {
+    let log = std::fs::File::create(dir.join(format!("{role}.log")))?;
+    let mut child = cmd
+        .args([role, "--config"])
+        .arg(config)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())
         .stderr(log)
@@ -166,20 +178,11 @@ pub fn start_agent(
             dir.join("data").display()
         ),
     )?;
-    let log = std::fs::File::create(dir.join("agent.log"))?;
     // At the lowest CPU priority: on a cluster the agent runs on the trainer's node, not on
     // the machine that serves the shared tier; here they share two cores.
-    let mut child = Command::new("nice")
-        .args(["-n", "19"])
-        .arg(sluice)
-        .args(["agent", "--config"])
-        .arg(&config)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()?;
-    wait_for_port(port, &mut child, Duration::from_secs(30))?;
-    Ok(Proc { child, port })
+    let mut nice = Command::new("nice");
+    nice.args(["-n", "19"]).arg(sluice);
+    serve(nice, "agent", &config, dir, port)
 }
 
 fn tenant_ids(tenants_toml: &str) -> Vec<String> {
