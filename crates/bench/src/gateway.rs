@@ -6,6 +6,13 @@
 //! bytes and fsync them (the gateway also fsyncs the directory and commits its catalog). The
 //! page cache is dropped before each read phase (as root), so reads are disk reads for every
 //! target, as on a tier that holds more than memory.
+//!
+//! A shared virtual disk drifts by tens of percent within minutes, and reads right after a
+//! target's own writes can still be served by the host's cache under the virtual disk. So
+//! the measurement runs in `rounds` rounds; each round writes (or overwrites) the objects on
+//! every target, then reads them back on every target, the targets' order rotating from round
+//! to round; every figure is the median of a target's rounds: ratios compare work done side
+//! by side, not minutes apart. A server's memory is sampled from its start to the end.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -27,6 +34,8 @@ pub struct Config {
     pub small_objects: usize,
     pub small_size: usize,
     pub small_concurrency: usize,
+    /// Interleaved rounds of the whole measurement (see the module doc).
+    pub rounds: usize,
     #[serde(skip)]
     pub workdir: PathBuf,
     #[serde(skip)]
@@ -44,6 +53,7 @@ impl Config {
             small_objects: 4000,
             small_size: 4096,
             small_concurrency: 16,
+            rounds: 3,
             workdir,
             sluice,
             weed,
@@ -54,6 +64,7 @@ impl Config {
     pub fn quick(mut self) -> Self {
         self.large_objects = 8;
         self.small_objects = 400;
+        self.rounds = 1;
         self
     }
 }
@@ -62,6 +73,7 @@ impl Config {
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetResult {
     pub name: String,
+    /// Medians over the rounds; each round's figures are in `rounds`.
     pub put_mib_s: f64,
     pub get_mib_s: f64,
     pub small_put_ops_s: f64,
@@ -76,6 +88,8 @@ pub struct TargetResult {
     pub rss_end_bytes: Option<u64>,
     /// Reads came from the disk (the page cache was dropped before each read phase).
     pub cold_reads: bool,
+    /// `[put_mib_s, get_mib_s, small_put_ops_s, small_get_ops_s]` of each round.
+    pub rounds: Vec<[f64; 4]>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -179,21 +193,9 @@ where
     Ok((started.elapsed(), lat))
 }
 
-async fn measure<T: Target>(
-    name: &str,
-    target: &T,
-    cfg: &Config,
-    pid: Option<u32>,
-) -> Result<TargetResult, BenchError> {
-    let large = payload(cfg.large_size, 42);
-    let rss_start = pid.and_then(procs::rss_bytes);
-    let sampler = pid.map(RssSampler::start);
+/// Reads every large object back (checking its length); returns MiB/s.
+async fn read_large<T: Target>(name: &str, target: &T, cfg: &Config) -> Result<f64, BenchError> {
     let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
-    let (put_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| {
-        target.put(format!("large-{i}"), large.clone())
-    })
-    .await?;
-    let cold = drop_page_cache();
     let (get_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| async move {
         let n = target.get(format!("large-{i}")).await?;
         if n != cfg.large_size as u64 {
@@ -204,33 +206,59 @@ async fn measure<T: Target>(
         Ok(())
     })
     .await?;
-    let rss_peak = sampler.as_ref().map(RssSampler::peak);
-    let rss_end = sampler.as_ref().map(RssSampler::last);
-    drop(sampler);
+    Ok(mib / get_time.as_secs_f64())
+}
+
+/// What a round's write phase measured.
+struct Writes {
+    put_mib_s: f64,
+    small_put_ops_s: f64,
+    small_put: Latencies,
+}
+
+/// What a round's read phase measured.
+struct Reads {
+    get_mib_s: f64,
+    small_get_ops_s: f64,
+    small_get: Latencies,
+    cold: bool,
+}
+
+/// Writes (or overwrites) every large object, then every small one.
+async fn write_phase<T: Target>(target: &T, cfg: &Config) -> Result<Writes, BenchError> {
+    let large = payload(cfg.large_size, 42);
+    let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
+    let (put_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| {
+        target.put(format!("large-{i}"), large.clone())
+    })
+    .await?;
     let small = payload(cfg.small_size, 7);
-    let (sput_time, sput) = run_ops(cfg.small_objects, cfg.small_concurrency, |i| {
+    let (sput_time, small_put) = run_ops(cfg.small_objects, cfg.small_concurrency, |i| {
         target.put(format!("small-{i}"), small.clone())
     })
     .await?;
-    drop_page_cache();
-    let (sget_time, sget) = run_ops(cfg.small_objects, cfg.small_concurrency, |i| async move {
-        target.get(format!("small-{i}")).await.map(|_| ())
-    })
-    .await?;
-    Ok(TargetResult {
-        name: name.to_owned(),
+    Ok(Writes {
         put_mib_s: mib / put_time.as_secs_f64(),
-        get_mib_s: mib / get_time.as_secs_f64(),
         small_put_ops_s: cfg.small_objects as f64 / sput_time.as_secs_f64(),
+        small_put,
+    })
+}
+
+/// Reads every large object, then every small one, each from a dropped page cache.
+async fn read_phase<T: Target>(name: &str, target: &T, cfg: &Config) -> Result<Reads, BenchError> {
+    let cold = drop_page_cache();
+    let get_mib_s = read_large(name, target, cfg).await?;
+    drop_page_cache();
+    let (sget_time, small_get) =
+        run_ops(cfg.small_objects, cfg.small_concurrency, |i| async move {
+            target.get(format!("small-{i}")).await.map(|_| ())
+        })
+        .await?;
+    Ok(Reads {
+        get_mib_s,
         small_get_ops_s: cfg.small_objects as f64 / sget_time.as_secs_f64(),
-        small_put_p50_s: sput.quantile(0.5),
-        small_put_p99_s: sput.quantile(0.99),
-        small_put_p999_s: sput.quantile(0.999),
-        small_get_p99_s: sget.quantile(0.99),
-        rss_start_bytes: rss_start,
-        rss_peak_bytes: rss_peak,
-        rss_end_bytes: rss_end,
-        cold_reads: cold,
+        small_get,
+        cold,
     })
 }
 
@@ -244,52 +272,165 @@ fn drop_page_cache() -> bool {
     synced && std::fs::write("/proc/sys/vm/drop_caches", "3\n").is_ok()
 }
 
+/// A target, alive for all the rounds; a server's memory is sampled from its start to the end.
+enum Live {
+    Fs(Fs),
+    S3 {
+        client: S3Client,
+        rss_start: Option<u64>,
+        sampler: RssSampler,
+        /// Killed on drop, after the sampler.
+        _server: procs::Proc,
+    },
+}
+
+impl Live {
+    fn server(client: S3Client, server: procs::Proc) -> Self {
+        let pid = server.child.id();
+        Self::S3 {
+            client,
+            rss_start: procs::rss_bytes(pid),
+            sampler: RssSampler::start(pid),
+            _server: server,
+        }
+    }
+
+    async fn write(&self, cfg: &Config) -> Result<Writes, BenchError> {
+        match self {
+            Self::Fs(fs) => write_phase(fs, cfg).await,
+            Self::S3 { client, .. } => write_phase(client, cfg).await,
+        }
+    }
+
+    async fn read(&self, name: &str, cfg: &Config) -> Result<Reads, BenchError> {
+        match self {
+            Self::Fs(fs) => read_phase(name, fs, cfg).await,
+            Self::S3 { client, .. } => read_phase(name, client, cfg).await,
+        }
+    }
+
+    fn rss(&self) -> (Option<u64>, Option<u64>, Option<u64>) {
+        match self {
+            Self::Fs(_) => (None, None, None),
+            Self::S3 {
+                rss_start, sampler, ..
+            } => (*rss_start, Some(sampler.peak()), Some(sampler.last())),
+        }
+    }
+}
+
 /// Runs the benchmark: filesystem, gateway (local filesystem backend), SeaweedFS if found.
+/// Each round writes on every target, then reads on every target, the targets' order rotating
+/// from round to round, so that no target's reads always follow its own writes most closely.
 pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
     let _ = std::fs::remove_dir_all(&cfg.workdir);
     std::fs::create_dir_all(&cfg.workdir)?;
-    let mut targets = Vec::new();
-
-    progress("filesystem (write + fsync, read)");
+    let mut live = Vec::new();
     let fs_dir = cfg.workdir.join("fs");
     std::fs::create_dir_all(&fs_dir)?;
-    targets.push(measure("filesystem", &Fs(fs_dir.clone()), &cfg, None).await?);
-    let _ = std::fs::remove_dir_all(&fs_dir);
-
-    progress("sluice gateway (local filesystem backend)");
-    let gw_dir = cfg.workdir.join("gateway");
-    {
-        let gw = procs::start_gateway(&cfg.sluice, &gw_dir, "bench", "", "")?;
+    live.push(("filesystem", Live::Fs(Fs(fs_dir))));
+    let gw = procs::start_gateway(&cfg.sluice, &cfg.workdir.join("gateway"), "bench", "", "")?;
+    let client = S3Client::new(
+        &format!("http://127.0.0.1:{}", gw.port),
+        "bench",
+        ACCESS_KEY,
+        SECRET_KEY,
+    )?;
+    live.push(("sluice gateway", Live::server(client, gw)));
+    if let Some(weed) = &cfg.weed {
+        let sw = procs::start_seaweedfs(weed, &cfg.workdir.join("seaweedfs"), "bench")?;
         let client = S3Client::new(
-            &format!("http://127.0.0.1:{}", gw.port),
+            &format!("http://127.0.0.1:{}", sw.port),
             "bench",
             ACCESS_KEY,
             SECRET_KEY,
         )?;
-        targets.push(measure("sluice gateway", &client, &cfg, Some(gw.child.id())).await?);
+        live.push(("SeaweedFS", Live::server(client, sw)));
     }
-    let _ = std::fs::remove_dir_all(&gw_dir);
 
-    if let Some(weed) = &cfg.weed {
-        progress("SeaweedFS (weed mini)");
-        let dir = cfg.workdir.join("seaweedfs");
-        {
-            let sw = procs::start_seaweedfs(weed, &dir, "bench")?;
-            let client = S3Client::new(
-                &format!("http://127.0.0.1:{}", sw.port),
-                "bench",
-                ACCESS_KEY,
-                SECRET_KEY,
-            )?;
-            targets.push(measure("SeaweedFS", &client, &cfg, Some(sw.child.id())).await?);
+    let n = live.len();
+    let rounds = cfg.rounds.max(1);
+    let mut writes: Vec<Vec<Writes>> = (0..n).map(|_| Vec::new()).collect();
+    let mut reads: Vec<Vec<Reads>> = (0..n).map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        let order: Vec<usize> = (0..n).map(|k| (k + round) % n).collect();
+        for &i in &order {
+            progress(&format!(
+                "round {} of {rounds}: writes, {}",
+                round + 1,
+                live[i].0
+            ));
+            writes[i].push(live[i].1.write(&cfg).await?);
         }
-        let _ = std::fs::remove_dir_all(&dir);
+        for &i in &order {
+            progress(&format!(
+                "round {} of {rounds}: reads, {}",
+                round + 1,
+                live[i].0
+            ));
+            reads[i].push(live[i].1.read(live[i].0, &cfg).await?);
+        }
     }
+    let targets = live
+        .iter()
+        .zip(writes.iter().zip(&reads))
+        .map(|((name, target), (w, r))| combine(name, target.rss(), w, r))
+        .collect();
+    drop(live);
+    let _ = std::fs::remove_dir_all(&cfg.workdir);
     Ok(Report {
         bytes_moved_per_target: 2 * (cfg.large_objects * cfg.large_size) as u64,
         config: cfg,
         targets,
     })
+}
+
+/// One target's rounds as one result: medians, and each round's rates.
+fn combine(
+    name: &str,
+    (rss_start, rss_peak, rss_end): (Option<u64>, Option<u64>, Option<u64>),
+    writes: &[Writes],
+    reads: &[Reads],
+) -> TargetResult {
+    let w = |f: fn(&Writes) -> f64| median(&writes.iter().map(f).collect::<Vec<_>>());
+    let r = |f: fn(&Reads) -> f64| median(&reads.iter().map(f).collect::<Vec<_>>());
+    TargetResult {
+        name: name.to_owned(),
+        put_mib_s: w(|x| x.put_mib_s),
+        get_mib_s: r(|x| x.get_mib_s),
+        small_put_ops_s: w(|x| x.small_put_ops_s),
+        small_get_ops_s: r(|x| x.small_get_ops_s),
+        small_put_p50_s: w(|x| x.small_put.quantile(0.5)),
+        small_put_p99_s: w(|x| x.small_put.quantile(0.99)),
+        small_put_p999_s: w(|x| x.small_put.quantile(0.999)),
+        small_get_p99_s: r(|x| x.small_get.quantile(0.99)),
+        rss_start_bytes: rss_start,
+        rss_peak_bytes: rss_peak,
+        rss_end_bytes: rss_end,
+        cold_reads: reads.iter().all(|x| x.cold),
+        rounds: writes
+            .iter()
+            .zip(reads)
+            .map(|(w, r)| {
+                [
+                    w.put_mib_s,
+                    r.get_mib_s,
+                    w.small_put_ops_s,
+                    r.small_get_ops_s,
+                ]
+            })
+            .collect(),
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => f64::midpoint(v[n / 2 - 1], v[n / 2]),
+    }
 }
 
 /// The report as a table.
@@ -334,6 +475,19 @@ pub fn table(r: &Report) -> String {
             t.small_put_p999_s * 1e3,
             rss
         );
+    }
+    let _ = writeln!(
+        out,
+        "Medians of {} rounds, targets interleaved; each round's PUT / GET MiB/s, 4K PUT / GET ops/s:",
+        r.config.rounds.max(1)
+    );
+    for t in &r.targets {
+        let rounds: Vec<String> = t
+            .rounds
+            .iter()
+            .map(|[p, g, sp, sg]| format!("{p:.0} / {g:.0}, {sp:.0} / {sg:.0}"))
+            .collect();
+        let _ = writeln!(out, "  {:<16} {}", t.name, rounds.join("; "));
     }
     out
 }
