@@ -36,7 +36,7 @@ pub struct NoisyArgs {
 
 #[derive(clap::Args)]
 pub struct GatewayArgs {
-    /// A smaller run (8 large objects, 400 small ones).
+    /// A smaller run (8 large objects, 400 small ones, one round).
     #[arg(long)]
     pub quick: bool,
     /// Write the report as JSON to this file.
