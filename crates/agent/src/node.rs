@@ -11,15 +11,13 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt::Write as _;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use futures::stream::BoxStream;
-use futures::{Stream, StreamExt};
 use object_store::{Attribute, GetOptions, GetRange};
 use s3s::dto::{self, StreamingBlob, Timestamp};
 use s3s::{S3, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, s3_error};
 use sluice_meta::{Entry, ListQuery, MetaError};
+use sluice_s3::blob::ReadStream;
 use sluice_s3::{Caller, Front};
 
 use crate::drain::Drain;
@@ -64,24 +62,6 @@ fn upstream_err(e: &UpstreamError) -> S3Error {
 fn internal(e: impl std::fmt::Display) -> S3Error {
     tracing::error!(error = %e, "agent internal error");
     s3_error!(InternalError)
-}
-
-/// An upstream body as a `Send + Sync` stream (what s3s bodies require).
-struct SyncStream(std::sync::Mutex<BoxStream<'static, Result<Bytes, object_store::Error>>>);
-
-impl Stream for SyncStream {
-    type Item = Result<Bytes, object_store::Error>;
-
-    fn poll_next(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        self.get_mut()
-            .0
-            .get_mut()
-            .unwrap_or_else(PoisonError::into_inner)
-            .poll_next_unpin(cx)
-    }
 }
 
 fn ts_ms(ms: i64) -> Timestamp {
@@ -283,8 +263,7 @@ impl NodeS3 {
         let meta = got.meta.clone();
         let r = got.range.clone();
         let attrs = got.attributes.clone();
-        let body = (!head)
-            .then(|| StreamingBlob::wrap(SyncStream(std::sync::Mutex::new(got.into_stream()))));
+        let body = (!head).then(|| StreamingBlob::wrap(ReadStream::new(got.into_stream())));
         let mut out = dto::GetObjectOutput {
             body,
             content_length: i64::try_from(r.end - r.start).ok(),

@@ -60,6 +60,13 @@ pub const READ_AHEAD_BYTES: u64 = 4 * 1024 * 1024;
 /// there only so that the boxed stream (which is `Send`, not `Sync`) may be shared.
 pub struct ReadStream(std::sync::Mutex<BoxStream<'static, Result<Bytes, object_store::Error>>>);
 
+impl ReadStream {
+    /// Wraps any byte stream (e.g. an upstream GET's body) for an s3s response.
+    pub fn new(stream: BoxStream<'static, Result<Bytes, object_store::Error>>) -> Self {
+        Self(std::sync::Mutex::new(stream))
+    }
+}
+
 impl Stream for ReadStream {
     type Item = Result<Bytes, object_store::Error>;
 
