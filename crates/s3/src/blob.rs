@@ -184,7 +184,7 @@ impl BlobStore {
 
     /// Grains a GET has in flight: [`READ_AHEAD_BYTES`] worth, at least two.
     fn read_ahead(&self) -> usize {
-        usize::try_from(READ_AHEAD_BYTES / self.grain).map_or(2, |n| n.max(2))
+        window(READ_AHEAD_BYTES, self.grain)
     }
 
     pub fn root(&self) -> &Arc<dyn ObjectStore> {
@@ -395,6 +395,12 @@ fn read_file_range(file: &std::fs::File, range: Range<u64>) -> std::io::Result<B
     Ok(Bytes::from(buf))
 }
 
+/// How many transfers of `unit` bytes fill a window of `bytes`: at least two, so that one is
+/// always in flight while the next is prepared.
+fn window(bytes: u64, unit: u64) -> usize {
+    usize::try_from(bytes / unit.max(1)).map_or(2, |n| n.max(2))
+}
+
 /// A part upload's outcome; a task that panicked or was cancelled fails the write.
 fn joined(r: Result<object_store::Result<()>, tokio::task::JoinError>) -> ApiResult<()> {
     match r {
@@ -417,7 +423,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + Unpin,
     E: std::fmt::Display,
 {
-    let parts_in_flight = usize::try_from(WRITE_BEHIND_BYTES / part_size).map_or(2, |n| n.max(2));
+    let parts_in_flight = window(WRITE_BEHIND_BYTES, part_size);
     let mut md5 = Md5::new();
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
