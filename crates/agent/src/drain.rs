@@ -42,6 +42,7 @@ use futures::TryStreamExt;
 use md5::{Digest, Md5};
 use object_store::PutPayload;
 use sluice_config::{Retention, Tenant};
+use sluice_md5::Md5Stream;
 use sluice_meta::MetaError;
 use sluice_s3::BlobStore;
 use tokio::sync::{Notify, watch};
@@ -483,12 +484,12 @@ impl Drain {
         let chunks: Result<Vec<Bytes>, _> = stream.try_collect().await;
         match chunks {
             Ok(chunks) => {
-                let mut md5 = Md5::new();
+                let mut md5 = Md5Stream::new();
                 for c in &chunks {
-                    md5.update(c);
+                    md5.update(c.clone()).await;
                 }
                 let crc = Crc::of_chunks(chunks.iter().map(|c| &c[..]));
-                Ok(Some((chunks, crc, md5.finalize().into())))
+                Ok(Some((chunks, crc, md5.finish().await)))
             }
             Err(e) => {
                 let seq = op.seq;

@@ -27,12 +27,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{Stream, StreamExt, TryStreamExt};
-use md5::{Digest, Md5};
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{
     GetOptions, GetResultPayload, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayloadMut,
 };
+use sluice_md5::Md5Stream;
 use sluice_meta::{Reservation, Segment};
 
 use crate::error::{ApiError, ApiResult};
@@ -424,7 +424,7 @@ where
     E: std::fmt::Display,
 {
     let parts_in_flight = window(WRITE_BEHIND_BYTES, part_size);
-    let mut md5 = Md5::new();
+    let mut md5 = Md5Stream::new();
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     // Parts upload as tasks, so each starts on the backend the moment it is admitted rather
@@ -444,7 +444,7 @@ where
             Some(_) => {}
             None => reservation.grow(len)?,
         }
-        md5.update(&chunk);
+        md5.update(chunk.clone()).await;
         buf.push(chunk);
         if buf.content_length() as u64 >= part_size {
             let part = std::mem::take(&mut buf).freeze();
@@ -483,7 +483,7 @@ where
     }
     Ok(Written {
         size,
-        md5: md5.finalize().into(),
+        md5: md5.finish().await,
     })
 }
 

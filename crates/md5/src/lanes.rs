@@ -1,0 +1,232 @@
+//! Sixteen MD5 chains advanced together by AVX-512.
+//!
+//! Lane `k` of each 512-bit register holds body `k`'s state; a step of MD5 is then a handful
+//! of vector instructions for sixteen bodies (`vpternlogd` computes each round's Boolean
+//! function in one, `vprold` the rotation). Each of the sixteen message words of a block is
+//! gathered from the sixteen bodies' blocks, wherever they are in memory, by two 8-lane
+//! gathers at 64-bit offsets from one base. Lanes with nothing to hash read a block of zeros
+//! that does not advance, and their state is left untouched.
+//!
+//! This is the only module of the workspace with unsafe code: the gathers read memory through
+//! raw pointers, and the kernel may only run where the CPU has AVX-512F (checked at run time
+//! by [`available`]).
+
+#![allow(unsafe_code)]
+
+/// A block of zeros for idle lanes to read.
+static ZEROS: [u8; 64] = [0; 64];
+
+/// One lane's input for [`compress16`]: whole blocks of one body, in order.
+#[derive(Clone, Copy)]
+pub struct Run<'a> {
+    pub data: &'a [[u8; 64]],
+}
+
+/// Whether this CPU runs the 16-lane kernel.
+pub fn available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Advances `states[k]` by the first `n` blocks of `runs[k]` for every lane that has a run;
+/// `n` is the shortest run's length. Returns `n`.
+///
+/// # Panics
+/// If the CPU lacks AVX-512F (callers check [`available`]).
+pub fn compress16(states: &mut [[u32; 4]; 16], runs: &[Option<Run<'_>>; 16]) -> usize {
+    let n = runs
+        .iter()
+        .flatten()
+        .map(|r| r.data.len())
+        .min()
+        .unwrap_or(0);
+    if n == 0 {
+        return 0;
+    }
+    assert!(available(), "compress16 needs AVX-512F");
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: AVX-512F is present (asserted above); every active lane's pointer is valid for
+    // `n` blocks (its run holds at least `n`), idle lanes read `ZEROS` with a stride of 0.
+    unsafe {
+        x86::compress16(states, runs, n);
+    }
+    n
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m512i, _mm512_add_epi32, _mm512_add_epi64, _mm512_castsi256_si512,
+        _mm512_i64gather_epi32, _mm512_inserti64x4, _mm512_loadu_si512, _mm512_mask_mov_epi32,
+        _mm512_rol_epi32, _mm512_set1_epi32, _mm512_storeu_si512, _mm512_ternarylogic_epi32,
+    };
+
+    use super::{Run, ZEROS};
+
+    /// # Safety
+    /// The CPU has AVX-512F; every `Some` run holds at least `n` blocks.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn compress16(
+        states: &mut [[u32; 4]; 16],
+        runs: &[Option<Run<'_>>; 16],
+        n: usize,
+    ) {
+        // Offsets of each lane's block from one base pointer (the zero block), in two halves
+        // of eight 64-bit offsets for the two 8-lane gathers; idle lanes stay at offset 0.
+        let base = ZEROS.as_ptr();
+        let mut offsets = [0i64; 16];
+        let mut strides = [0i64; 16];
+        let mut active: u16 = 0;
+        for (k, run) in runs.iter().enumerate() {
+            if let Some(run) = run {
+                offsets[k] = (run.data.as_ptr() as i64).wrapping_sub(base as i64);
+                strides[k] = 64;
+                active |= 1 << k;
+            }
+        }
+        // SAFETY (loads/stores below): the arrays are 16 × 8 bytes and 16 × 4 bytes long.
+        let (mut lo, mut hi, stride_lo, stride_hi) = unsafe {
+            (
+                _mm512_loadu_si512(offsets.as_ptr().cast()),
+                _mm512_loadu_si512(offsets.as_ptr().add(8).cast()),
+                _mm512_loadu_si512(strides.as_ptr().cast()),
+                _mm512_loadu_si512(strides.as_ptr().add(8).cast()),
+            )
+        };
+        let mut words = [[0u32; 16]; 4];
+        for (k, s) in states.iter().enumerate() {
+            for w in 0..4 {
+                words[w][k] = s[w];
+            }
+        }
+        let mut state = [_mm512_set1_epi32(0); 4];
+        for (v, w) in state.iter_mut().zip(&words) {
+            // SAFETY: 16 × 4 bytes.
+            *v = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
+        }
+        for _ in 0..n {
+            let mut m = [_mm512_set1_epi32(0); 16];
+            for (i, word) in m.iter_mut().enumerate() {
+                // SAFETY: base + offset + 4 i is inside lane k's current block (or ZEROS).
+                let (l, h) = unsafe {
+                    // A gather has no alignment requirement: the `i32` is only its element type.
+                    #[allow(clippy::cast_ptr_alignment)]
+                    let p = base.add(4 * i).cast::<i32>();
+                    (
+                        _mm512_i64gather_epi32::<1>(lo, p),
+                        _mm512_i64gather_epi32::<1>(hi, p),
+                    )
+                };
+                *word = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h);
+            }
+            let before = state;
+            block(&mut state, &m);
+            for (s, s0) in state.iter_mut().zip(before) {
+                // Idle lanes keep their state.
+                *s = _mm512_mask_mov_epi32(s0, active, _mm512_add_epi32(s0, *s));
+            }
+            lo = _mm512_add_epi64(lo, stride_lo);
+            hi = _mm512_add_epi64(hi, stride_hi);
+        }
+        for (w, v) in words.iter_mut().zip(state) {
+            // SAFETY: 16 × 4 bytes.
+            unsafe { _mm512_storeu_si512(w.as_mut_ptr().cast(), v) };
+        }
+        for (k, s) in states.iter_mut().enumerate() {
+            for w in 0..4 {
+                s[w] = words[w][k];
+            }
+        }
+    }
+
+    /// The 64 steps of one block (RFC 1321 §3.4), sixteen lanes at once.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn block(state: &mut [__m512i; 4], m: &[__m512i; 16]) {
+        let [mut a, mut b, mut c, mut d] = *state;
+        // a = b + ((a + f(b, c, d) + m + k) <<< s), f given as a `vpternlogd` truth table:
+        // 0xCA = b ? c : d (F), 0xE4 = d ? b : c (G), 0x96 = b ^ c ^ d (H), 0x39 = c ^ (b | !d) (I).
+        macro_rules! step {
+            ($f:literal, $a:ident, $b:ident, $c:ident, $d:ident, $m:expr, $k:literal, $s:literal) => {
+                $a = _mm512_add_epi32(
+                    $b,
+                    _mm512_rol_epi32::<$s>(_mm512_add_epi32(
+                        _mm512_add_epi32($a, _mm512_ternarylogic_epi32::<$f>($b, $c, $d)),
+                        _mm512_add_epi32($m, _mm512_set1_epi32(u32::cast_signed($k))),
+                    )),
+                );
+            };
+        }
+        step!(0xCA, a, b, c, d, m[0], 0xd76a_a478, 7);
+        step!(0xCA, d, a, b, c, m[1], 0xe8c7_b756, 12);
+        step!(0xCA, c, d, a, b, m[2], 0x2420_70db, 17);
+        step!(0xCA, b, c, d, a, m[3], 0xc1bd_ceee, 22);
+        step!(0xCA, a, b, c, d, m[4], 0xf57c_0faf, 7);
+        step!(0xCA, d, a, b, c, m[5], 0x4787_c62a, 12);
+        step!(0xCA, c, d, a, b, m[6], 0xa830_4613, 17);
+        step!(0xCA, b, c, d, a, m[7], 0xfd46_9501, 22);
+        step!(0xCA, a, b, c, d, m[8], 0x6980_98d8, 7);
+        step!(0xCA, d, a, b, c, m[9], 0x8b44_f7af, 12);
+        step!(0xCA, c, d, a, b, m[10], 0xffff_5bb1, 17);
+        step!(0xCA, b, c, d, a, m[11], 0x895c_d7be, 22);
+        step!(0xCA, a, b, c, d, m[12], 0x6b90_1122, 7);
+        step!(0xCA, d, a, b, c, m[13], 0xfd98_7193, 12);
+        step!(0xCA, c, d, a, b, m[14], 0xa679_438e, 17);
+        step!(0xCA, b, c, d, a, m[15], 0x49b4_0821, 22);
+        step!(0xE4, a, b, c, d, m[1], 0xf61e_2562, 5);
+        step!(0xE4, d, a, b, c, m[6], 0xc040_b340, 9);
+        step!(0xE4, c, d, a, b, m[11], 0x265e_5a51, 14);
+        step!(0xE4, b, c, d, a, m[0], 0xe9b6_c7aa, 20);
+        step!(0xE4, a, b, c, d, m[5], 0xd62f_105d, 5);
+        step!(0xE4, d, a, b, c, m[10], 0x0244_1453, 9);
+        step!(0xE4, c, d, a, b, m[15], 0xd8a1_e681, 14);
+        step!(0xE4, b, c, d, a, m[4], 0xe7d3_fbc8, 20);
+        step!(0xE4, a, b, c, d, m[9], 0x21e1_cde6, 5);
+        step!(0xE4, d, a, b, c, m[14], 0xc337_07d6, 9);
+        step!(0xE4, c, d, a, b, m[3], 0xf4d5_0d87, 14);
+        step!(0xE4, b, c, d, a, m[8], 0x455a_14ed, 20);
+        step!(0xE4, a, b, c, d, m[13], 0xa9e3_e905, 5);
+        step!(0xE4, d, a, b, c, m[2], 0xfcef_a3f8, 9);
+        step!(0xE4, c, d, a, b, m[7], 0x676f_02d9, 14);
+        step!(0xE4, b, c, d, a, m[12], 0x8d2a_4c8a, 20);
+        step!(0x96, a, b, c, d, m[5], 0xfffa_3942, 4);
+        step!(0x96, d, a, b, c, m[8], 0x8771_f681, 11);
+        step!(0x96, c, d, a, b, m[11], 0x6d9d_6122, 16);
+        step!(0x96, b, c, d, a, m[14], 0xfde5_380c, 23);
+        step!(0x96, a, b, c, d, m[1], 0xa4be_ea44, 4);
+        step!(0x96, d, a, b, c, m[4], 0x4bde_cfa9, 11);
+        step!(0x96, c, d, a, b, m[7], 0xf6bb_4b60, 16);
+        step!(0x96, b, c, d, a, m[10], 0xbebf_bc70, 23);
+        step!(0x96, a, b, c, d, m[13], 0x289b_7ec6, 4);
+        step!(0x96, d, a, b, c, m[0], 0xeaa1_27fa, 11);
+        step!(0x96, c, d, a, b, m[3], 0xd4ef_3085, 16);
+        step!(0x96, b, c, d, a, m[6], 0x0488_1d05, 23);
+        step!(0x96, a, b, c, d, m[9], 0xd9d4_d039, 4);
+        step!(0x96, d, a, b, c, m[12], 0xe6db_99e5, 11);
+        step!(0x96, c, d, a, b, m[15], 0x1fa2_7cf8, 16);
+        step!(0x96, b, c, d, a, m[2], 0xc4ac_5665, 23);
+        step!(0x39, a, b, c, d, m[0], 0xf429_2244, 6);
+        step!(0x39, d, a, b, c, m[7], 0x432a_ff97, 10);
+        step!(0x39, c, d, a, b, m[14], 0xab94_23a7, 15);
+        step!(0x39, b, c, d, a, m[5], 0xfc93_a039, 21);
+        step!(0x39, a, b, c, d, m[12], 0x655b_59c3, 6);
+        step!(0x39, d, a, b, c, m[3], 0x8f0c_cc92, 10);
+        step!(0x39, c, d, a, b, m[10], 0xffef_f47d, 15);
+        step!(0x39, b, c, d, a, m[1], 0x8584_5dd1, 21);
+        step!(0x39, a, b, c, d, m[8], 0x6fa8_7e4f, 6);
+        step!(0x39, d, a, b, c, m[15], 0xfe2c_e6e0, 10);
+        step!(0x39, c, d, a, b, m[6], 0xa301_4314, 15);
+        step!(0x39, b, c, d, a, m[13], 0x4e08_11a1, 21);
+        step!(0x39, a, b, c, d, m[4], 0xf753_7e82, 6);
+        step!(0x39, d, a, b, c, m[11], 0xbd3a_f235, 10);
+        step!(0x39, c, d, a, b, m[2], 0x2ad7_d2bb, 15);
+        step!(0x39, b, c, d, a, m[9], 0xeb86_d391, 21);
+        *state = [a, b, c, d];
+    }
+}

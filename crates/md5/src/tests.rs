@@ -1,0 +1,215 @@
+use bytes::Bytes;
+use md5::Digest as _;
+
+use super::*;
+
+fn reference(chunks: &[Bytes]) -> [u8; 16] {
+    let mut md5 = md5::Md5::new();
+    for c in chunks {
+        md5.update(c);
+    }
+    md5.finalize().into()
+}
+
+/// Deterministic pseudo-random numbers (xorshift64).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// `len` pseudo-random bytes cut into chunks of 1..=max_chunk bytes, with empty ones between.
+fn body(seed: u64, len: usize, max_chunk: usize) -> Vec<Bytes> {
+    let mut rng = Rng(seed | 1);
+    let data = Bytes::from((0..len).map(|_| rng.next() as u8).collect::<Vec<u8>>());
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < len {
+        if rng.below(7) == 0 {
+            out.push(Bytes::new());
+        }
+        let end = (at + 1 + rng.below(max_chunk)).min(len);
+        out.push(data.slice(at..end));
+        at = end;
+    }
+    out
+}
+
+#[test]
+fn the_scalar_hasher_matches_the_reference_at_every_padding_boundary() {
+    for len in (0..200).chain([4095, 4096, 4097, 100_000]) {
+        let chunks = body(len as u64 + 3, len, 70);
+        let mut md5 = Md5::new();
+        for c in &chunks {
+            md5.update(c);
+        }
+        assert_eq!(md5.finalize(), reference(&chunks), "length {len}");
+    }
+    // RFC 1321's test suite.
+    let mut md5 = Md5::new();
+    md5.update(b"abc");
+    assert_eq!(
+        md5.finalize(),
+        [
+            0x90, 0x01, 0x50, 0x98, 0x3c, 0xd2, 0x4f, 0xb0, 0xd6, 0x96, 0x3f, 0x7d, 0x28, 0xe1,
+            0x7f, 0x72
+        ]
+    );
+}
+
+#[test]
+fn sixteen_lanes_advance_exactly_like_sixteen_scalar_chains() {
+    if !lanes::available() {
+        eprintln!("no AVX-512F on this CPU: the kernel is not used here");
+        return;
+    }
+    let mut rng = Rng(42);
+    let data: Vec<u8> = (0..64 * 64 * 16).map(|_| rng.next() as u8).collect();
+    let (blocks, _) = data.as_chunks::<64>();
+    for round in 0..50 {
+        let mut states = [[0u32; 4]; 16];
+        let mut runs: [Option<lanes::Run<'_>>; 16] = [None; 16];
+        for k in 0..16 {
+            states[k] = [
+                rng.next() as u32,
+                rng.next() as u32,
+                rng.next() as u32,
+                rng.next() as u32,
+            ];
+            // Some lanes idle; runs of different lengths at different places.
+            if rng.below(4) != 0 {
+                let start = rng.below(blocks.len() - 64);
+                runs[k] = Some(lanes::Run {
+                    data: &blocks[start..start + 1 + rng.below(63)],
+                });
+            }
+        }
+        let before = states;
+        let n = lanes::compress16(&mut states, &runs);
+        let shortest = runs
+            .iter()
+            .flatten()
+            .map(|r| r.data.len())
+            .min()
+            .unwrap_or(0);
+        assert_eq!(n, shortest, "round {round}");
+        for k in 0..16 {
+            let mut want = before[k];
+            if let Some(run) = runs[k] {
+                md5_asm::compress(&mut want, &run.data[..n]);
+            }
+            assert_eq!(states[k], want, "round {round}, lane {k}");
+        }
+    }
+}
+
+#[test]
+fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
+    for simd in [false, lanes::available()] {
+        for bodies in [1, 2, 3, 5, 16, 17, 40] {
+            let mut rng = Rng(bodies as u64 * 7 + u64::from(simd));
+            let inputs: Vec<(Vec<Bytes>, Vec<Bytes>)> = (0..bodies)
+                .map(|i| {
+                    // A prefix hashed before the batch (leaving a partial tail), then the batch.
+                    let all = body(
+                        rng.next(),
+                        rng.below(300_000),
+                        [1, 63, 4096, 100_000][i % 4],
+                    );
+                    let split = rng.below(all.len() + 1);
+                    (all[..split].to_vec(), all[split..].to_vec())
+                })
+                .collect();
+            let mut md5s: Vec<Md5> = inputs
+                .iter()
+                .map(|(before, _)| {
+                    let mut md5 = Md5::new();
+                    for c in before {
+                        md5.update(c);
+                    }
+                    md5
+                })
+                .collect();
+            let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
+            hash_many(&mut md5s, &batch, simd);
+            for (i, (md5, (before, after))) in md5s.iter().zip(&inputs).enumerate() {
+                let whole: Vec<Bytes> = before.iter().chain(after).cloned().collect();
+                assert_eq!(
+                    md5.finalize(),
+                    reference(&whole),
+                    "simd {simd}, {bodies} bodies, body {i}"
+                );
+            }
+        }
+    }
+}
+
+async fn hash(chunks: Vec<Bytes>) -> [u8; 16] {
+    let mut md5 = Md5Stream::new();
+    for c in chunks {
+        md5.update(c).await;
+    }
+    md5.finish().await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
+    // Sizes straddle OFFLOAD_MIN, BATCH_TRIGGER and MAX_PENDING; some are alone in the pool
+    // for a while, most share it.
+    let sizes = [
+        0,
+        1,
+        65,
+        OFFLOAD_MIN as usize,
+        OFFLOAD_MIN as usize + 1,
+        BATCH_TRIGGER + 63,
+        3 * 1024 * 1024 + 17,
+        MAX_PENDING * 2 + 5,
+    ];
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, size) in sizes.iter().cycle().take(40).enumerate() {
+        // Tiny chunks for small bodies only: a 16 MiB body in bytes would be 16 M updates.
+        let max_chunk = [1, 100, 4096, 70_000, 1 << 20][i % 5].max(size / 256);
+        let chunks = body(i as u64 + 1, *size, max_chunk);
+        tasks.spawn(async move {
+            let want = reference(&chunks);
+            (hash(chunks).await, want, i)
+        });
+    }
+    let mut n = 0;
+    while let Some(r) = tasks.join_next().await {
+        let (got, want, i) = r.expect("task");
+        assert_eq!(got, want, "body {i}");
+        n += 1;
+    }
+    assert_eq!(n, 40);
+}
+
+#[tokio::test]
+async fn a_lone_stream_is_not_left_waiting_for_company() {
+    // One body in the pool, below BATCH_TRIGGER: finish() must start its batch.
+    let chunks = body(5, OFFLOAD_MIN as usize + 1000, 4096);
+    let want = reference(&chunks);
+    assert_eq!(hash(chunks).await, want);
+}
+
+#[tokio::test]
+async fn an_abandoned_stream_does_not_wedge_the_pool() {
+    let mut dropped = Md5Stream::new();
+    for c in body(7, 4 * 1024 * 1024, 1 << 20) {
+        dropped.update(c).await;
+    }
+    drop(dropped);
+    let chunks = body(8, 2 * 1024 * 1024, 1 << 16);
+    let want = reference(&chunks);
+    assert_eq!(hash(chunks).await, want);
+}
