@@ -190,7 +190,7 @@ impl Front {
             rec.clone(),
         );
         match self
-            .meta(move |c| c.put_object(&t, &b, &k, &r, reservation))
+            .meta(move |c| c.put_object(&t, &b, &k, &r, None, reservation))
             .await
         {
             Ok(replaced) => {
@@ -526,6 +526,7 @@ fn single_blob_object(blob: String, written: &Written, repr: Representation) -> 
             blob,
             size: written.size,
         }],
+        inline: false,
         parts: 0,
     }
 }
