@@ -42,7 +42,7 @@ pub struct ObjectRecord {
     /// User metadata (`x-amz-meta-*`), keys without the prefix.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    /// The body, in order. Empty for a zero-length object and for an inline one.
+    /// The body, in order. Empty for an inline object (zero-length PUTs are inline too).
     pub segments: Vec<Segment>,
     /// The body is kept in the catalog with this record (a small object) instead of in
     /// blobs; `segments` is then empty. The bytes are not a field: the catalog hands them
