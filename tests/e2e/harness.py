@@ -19,6 +19,9 @@ from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parents[2]
 REGION = "us-east-1"
+# sluice_s3::front::INLINE_MAX: PutObject bodies up to this size are kept in the catalog,
+# not in blobs (copies keep their source's storage; multipart objects are always blobs).
+INLINE_MAX = 16 * 1024
 
 
 def sluice_bin() -> str:

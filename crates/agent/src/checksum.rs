@@ -4,8 +4,10 @@
 //! which computes a CRC-64/NVME of each blob as it is written (part by part, in order) and
 //! remembers it until the catalog commit that makes the blob part of an object takes it
 //! ([`Checksums::lookup`]); the journal then stores the object's whole-body checksum, combined
-//! from its segments. The drain recomputes the checksum from the bytes it reads back and
-//! refuses to upload on a mismatch: a local corruption is an error, never silent.
+//! from its segments. A small object kept inline in the catalog has no blob: the journal
+//! takes the checksum of its bytes from the commit itself. The drain recomputes the
+//! checksum from the bytes it reads back and refuses to upload on a mismatch: a local
+//! corruption is an error, never silent.
 //!
 //! CRC-64/NVME is combinable: `crc(a ‖ b)` follows from `crc(a)`, `crc(b)` and `len(b)`, so
 //! a multipart object's checksum is the combination of its parts' and an upload resumed after

@@ -10,8 +10,9 @@
 //!
 //! # Transfers and verification
 //!
-//! A put reads the object back from local disk, recomputes its CRC-64/NVME and refuses to
-//! upload on a mismatch with the checksum computed on the way in. Objects up to
+//! A put reads the object back from local disk (its blobs, or for an inline object its body
+//! in the catalog), recomputes its CRC-64/NVME and refuses to upload on a mismatch with the
+//! checksum computed on the way in. Objects up to
 //! [`SINGLE_PUT_MAX`] go up in one PUT; larger ones as a multipart upload whose id and
 //! completed parts (ETag = MD5 of what was sent, checked against the upstream's answer) are
 //! journalled, so a restart resends only the parts not recorded. An op is durable only after
@@ -469,19 +470,24 @@ impl Drain {
         }
     }
 
-    /// Reads `range` of the op's local copy: its bytes, checksum and MD5.
+    /// Reads `range` of the op's local copy: its bytes, checksum and MD5. `None`: the op was
+    /// superseded meanwhile (its local copy is gone or replaced).
     async fn read_local(
         &self,
         op: &Op,
         object: &sluice_meta::ObjectRecord,
         range: std::ops::Range<u64>,
     ) -> Result<Option<(Vec<Bytes>, Crc, [u8; 16])>, DrainError> {
-        let stream = self.blobs.read(
-            &sluice_s3::blob::Pacer::unthrottled(&op.tenant),
-            &object.segments,
-            range,
-        );
-        let chunks: Result<Vec<Bytes>, _> = stream.try_collect().await;
+        let chunks: Result<Vec<Bytes>, String> = if object.inline {
+            self.read_inline(op, object, range).await?
+        } else {
+            let stream = self.blobs.read(
+                &sluice_s3::blob::Pacer::unthrottled(&op.tenant),
+                &object.segments,
+                range,
+            );
+            stream.try_collect().await.map_err(|e| e.to_string())
+        };
         match chunks {
             Ok(chunks) => {
                 let mut md5 = Md5Stream::new();
@@ -499,10 +505,41 @@ impl Drain {
                 }
                 Err(DrainError::Local {
                     key: op.key.clone(),
-                    message: e.to_string(),
+                    message: e,
                 })
             }
         }
+    }
+
+    /// Reads `range` of an inline object's body from the catalog. While its op is live the
+    /// object at its key is exactly `object` (a newer write supersedes the op in the same
+    /// transaction); anything else there is an error, unless the op was superseded meanwhile.
+    async fn read_inline(
+        &self,
+        op: &Op,
+        object: &sluice_meta::ObjectRecord,
+        range: std::ops::Range<u64>,
+    ) -> Result<Result<Vec<Bytes>, String>, DrainError> {
+        let (t, b, k) = (op.tenant.clone(), op.bucket.clone(), op.key.clone());
+        let found = self
+            .blocking(move |j| j.catalog().get_object_with_body(&t, &b, &k))
+            .await;
+        let found = match found {
+            // The bucket is gone: so is the object (the op is superseded; checked below).
+            Err(DrainError::Journal(MetaError::NoSuchBucket)) => None,
+            other => other?,
+        };
+        Ok(match found {
+            Some((current, Some(body))) if current == *object => {
+                let body = Bytes::from(body);
+                let to = usize::try_from(range.end)
+                    .unwrap_or(usize::MAX)
+                    .min(body.len());
+                let from = usize::try_from(range.start).unwrap_or(usize::MAX).min(to);
+                Ok(vec![body.slice(from..to)])
+            }
+            _ => Err("the inline object is no longer in the catalog".to_owned()),
+        })
     }
 
     async fn put(&self, op: &Op) -> Result<Outcome, DrainError> {
@@ -796,3 +833,6 @@ fn check_crc(op: &Op, expected: Option<Crc>, got: Crc) -> Result<(), DrainError>
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests;

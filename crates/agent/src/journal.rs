@@ -34,7 +34,7 @@
 //! # Crash model
 //!
 //! An op is created in the catalog transaction that acknowledges the write (redb durable
-//! commit, after the blob's fsync). Upload progress (multipart upload id, then each part's
+//! commit, after the blob's fsync; an inline object's bytes are in that same transaction). Upload progress (multipart upload id, then each part's
 //! ETag and checksum) is committed before the drain relies on it, so after a kill -9 an
 //! upload resumes with the parts not yet recorded; a part sent but not recorded is sent
 //! again (S3 replaces a part by number). Completion is idempotent: an op is marked durable
@@ -89,9 +89,11 @@ pub struct Op {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OpKind {
-    /// Upload `object` (its local segments) to `key`. `crc` is the whole body's checksum
-    /// computed on the way in (`None` only for multipart uploads begun before a restart;
-    /// the drain then computes it from the local bytes).
+    /// Upload `object` (its local segments, or its inline body in the catalog) to `key`.
+    /// `crc` is the whole body's checksum computed on the way in (`None` only for multipart
+    /// uploads begun before a restart; the drain then computes it from the local bytes).
+    /// The op holds the record, never inline bytes: an op is live only while its object is
+    /// the one at `key`, so the drain reads the body from the catalog.
     Put {
         object: ObjectRecord,
         crc: Option<Crc>,
@@ -260,7 +262,12 @@ impl JournalHook {
         Ok(())
     }
 
-    fn crc_of(&self, tenant: &str, object: &ObjectRecord) -> Option<Crc> {
+    /// The whole body's checksum: of the inline bytes committed with it, or combined from
+    /// the checksums [`ChecksumStore`](crate::checksum::ChecksumStore) took of its blobs.
+    fn crc_of(&self, tenant: &str, object: &ObjectRecord, body: Option<&[u8]>) -> Option<Crc> {
+        if object.inline {
+            return body.map(Crc::of);
+        }
         object.segments.iter().try_fold(Crc::default(), |acc, s| {
             self.sums
                 .lookup(&format!("tenants/{tenant}/{}", s.blob))
@@ -282,9 +289,10 @@ impl CommitHook for JournalHook {
                 bucket,
                 key,
                 object,
+                body,
                 ..
             } => {
-                let crc = self.crc_of(tenant, object);
+                let crc = self.crc_of(tenant, object, body);
                 let kind = OpKind::Put {
                     object: object.clone(),
                     crc,

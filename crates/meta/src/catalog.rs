@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::keys;
+use crate::record::{decode_object, decode_object_with_body, encode_object, to_json};
 use crate::{
     Change, CommitHook, Ledger, MetaError, ObjectRecord, PartRecord, Reservation, Result, Segment,
     UploadRecord,
@@ -33,11 +34,6 @@ pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
 #[derive(Debug, Serialize, Deserialize)]
 struct BucketRecord {
     created_ms: i64,
-}
-
-fn encode<T: Serialize>(v: &T) -> Vec<u8> {
-    // Serializing plain records of strings and integers to JSON cannot fail.
-    serde_json::to_vec(v).unwrap_or_default()
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
@@ -246,7 +242,7 @@ impl Catalog {
             let k = keys::entry(tenant, bucket, key);
             let current = t
                 .get(k.as_slice())?
-                .map(|v| decode::<ObjectRecord>(v.value()))
+                .map(|v| decode_object(v.value()))
                 .transpose()?;
             if current.as_ref() != Some(expected) {
                 drop(t);
@@ -270,7 +266,7 @@ impl Catalog {
                 let (k, v) = row?;
                 let (tenant, _) = keys::split_tenant(k.value())
                     .ok_or_else(|| MetaError::Corrupt("object key".into()))?;
-                let rec: ObjectRecord = decode(v.value())?;
+                let rec = decode_object(v.value())?;
                 *actual.entry(tenant.to_owned()).or_default() += rec.size;
             }
             for row in txn.open_table(UPLOADS)?.iter()? {
@@ -323,7 +319,7 @@ impl Catalog {
             let (k, v) = row?;
             let (tenant, _) = keys::split_tenant(k.value())
                 .ok_or_else(|| MetaError::Corrupt("object key".into()))?;
-            let rec: ObjectRecord = decode(v.value())?;
+            let rec = decode_object(v.value())?;
             out.entry(tenant.to_owned())
                 .or_default()
                 .extend(rec.blobs().map(str::to_owned));
@@ -352,7 +348,7 @@ impl Catalog {
             }
             t.insert(
                 k.as_slice(),
-                encode(&BucketRecord { created_ms: now_ms }).as_slice(),
+                to_json(&BucketRecord { created_ms: now_ms }).as_slice(),
             )?;
             self.notify(&txn, &Change::BucketCreated { tenant, bucket })?;
         }
@@ -436,11 +432,28 @@ impl Catalog {
         let txn = self.read_bucket(tenant, bucket)?;
         let t = txn.open_table(OBJECTS)?;
         t.get(keys::entry(tenant, bucket, key).as_slice())?
-            .map(|v| decode(v.value()))
+            .map(|v| decode_object(v.value()))
             .transpose()
     }
 
-    /// Makes `rec` the object at `key`, settling `reservation` into usage. Returns the
+    /// The object at `key` with its body if it is inline (`None` when its bytes are in
+    /// blobs), read from one snapshot.
+    pub fn get_object_with_body(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectRecord, Option<Vec<u8>>)>> {
+        let txn = self.read_bucket(tenant, bucket)?;
+        let t = txn.open_table(OBJECTS)?;
+        t.get(keys::entry(tenant, bucket, key).as_slice())?
+            .map(|v| decode_object_with_body(v.value()))
+            .transpose()
+    }
+
+    /// Makes `rec` the object at `key`, settling `reservation` into usage. `body` is the
+    /// object's bytes when it is inline (`rec.inline`, no segments), stored in the same
+    /// transaction and so durable with it; `None` when its bytes are in blobs. Returns the
     /// object it replaced, whose blobs the caller deletes.
     pub fn put_object(
         &self,
@@ -448,16 +461,18 @@ impl Catalog {
         bucket: &str,
         key: &str,
         rec: &ObjectRecord,
+        body: Option<&[u8]>,
         reservation: Reservation,
     ) -> Result<Option<ObjectRecord>> {
+        let value = encode_object(rec, body)?;
         let txn = self.begin()?;
         let old = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
             let k = keys::entry(tenant, bucket, key);
             let old = t
-                .insert(k.as_slice(), encode(rec).as_slice())?
-                .map(|v| decode::<ObjectRecord>(v.value()))
+                .insert(k.as_slice(), value.as_slice())?
+                .map(|v| decode_object(v.value()))
                 .transpose()?;
             add_usage(&txn, tenant, rec.size, old.as_ref().map_or(0, |o| o.size))?;
             self.notify(
@@ -467,6 +482,7 @@ impl Catalog {
                     bucket,
                     key,
                     object: rec,
+                    body,
                     replaced: old.as_ref(),
                 },
             )?;
@@ -490,7 +506,7 @@ impl Catalog {
             let mut t = txn.open_table(OBJECTS)?;
             let old = t
                 .remove(keys::entry(tenant, bucket, key).as_slice())?
-                .map(|v| decode::<ObjectRecord>(v.value()))
+                .map(|v| decode_object(v.value()))
                 .transpose()?;
             if let Some(o) = &old {
                 add_usage(&txn, tenant, 0, o.size)?;
@@ -565,7 +581,7 @@ impl Catalog {
                     truncated = true;
                     break 'scan;
                 }
-                entries.push(Entry::Object(name, decode(v.value())?));
+                entries.push(Entry::Object(name, decode_object(v.value())?));
             }
             match jump {
                 Some(next) => {
@@ -592,7 +608,7 @@ impl Catalog {
             require_bucket(&txn, tenant, bucket)?;
             txn.open_table(UPLOADS)?.insert(
                 keys::entry(tenant, bucket, upload_id).as_slice(),
-                encode(rec).as_slice(),
+                to_json(rec).as_slice(),
             )?;
         }
         self.finish(txn)?;
@@ -645,7 +661,7 @@ impl Catalog {
                 return Err(MetaError::NoSuchUpload);
             }
             let old = rec.parts.insert(number, part);
-            t.insert(k.as_slice(), encode(&rec).as_slice())?;
+            t.insert(k.as_slice(), to_json(&rec).as_slice())?;
             add_usage(&txn, tenant, size, old.as_ref().map_or(0, |p| p.size))?;
             old
         };
@@ -680,6 +696,7 @@ impl Catalog {
                 return Err(MetaError::NoSuchUpload);
             }
             let object = assemble(&mut upload, parts, now_ms)?;
+            let value = encode_object(&object, None)?;
             uploads.remove(uk.as_slice())?;
             let unused: Vec<PartRecord> = std::mem::take(&mut upload.parts).into_values().collect();
             let unused_bytes: u64 = unused.iter().map(|p| p.size).sum();
@@ -687,9 +704,9 @@ impl Catalog {
             let replaced = objects
                 .insert(
                     keys::entry(tenant, bucket, key).as_slice(),
-                    encode(&object).as_slice(),
+                    value.as_slice(),
                 )?
-                .map(|v| decode::<ObjectRecord>(v.value()))
+                .map(|v| decode_object(v.value()))
                 .transpose()?;
             let freed = unused_bytes + replaced.as_ref().map_or(0, |o| o.size);
             add_usage(&txn, tenant, 0, freed)?;
@@ -700,6 +717,7 @@ impl Catalog {
                     bucket,
                     key,
                     object: &object,
+                    body: None,
                     replaced: replaced.as_ref(),
                 },
             )?;
@@ -862,6 +880,7 @@ fn assemble(upload: &mut UploadRecord, parts: &[PartSpec], now_ms: i64) -> Resul
         headers: upload.headers.clone(),
         metadata: upload.metadata.clone(),
         segments,
+        inline: false,
         parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
     })
 }

@@ -14,12 +14,13 @@ use crate::{ObjectRecord, Result};
 #[derive(Debug, Clone, Copy)]
 pub enum Change<'a> {
     /// `object` is now visible at `key` (a PUT, a copy, a completed multipart upload),
-    /// replacing `replaced` if there was one.
+    /// replacing `replaced` if there was one. `body` holds its bytes when it is inline.
     Put {
         tenant: &'a str,
         bucket: &'a str,
         key: &'a str,
         object: &'a ObjectRecord,
+        body: Option<&'a [u8]>,
         replaced: Option<&'a ObjectRecord>,
     },
     /// `key` was deleted; `old` is what was visible (`None`: nothing was, which an observer

@@ -4,9 +4,13 @@
 //! # Design
 //!
 //! Object *bytes* live in the backend as immutable blobs under a tenant prefix; this crate only
-//! records which blobs make up an object (its *segments*). An object becomes visible in one
-//! redb transaction that also moves the tenant's durable usage, so the ledger equals the bytes
-//! the catalog references by construction, and no partially written object is ever visible.
+//! records which blobs make up an object (its *segments*). A small object's bytes may instead
+//! be *inline*: stored in the catalog in the same value as its record (see `record` for the
+//! layout), so that writing it costs no blob and no fsync of its own — only the catalog
+//! commit, which concurrent writers share. An object becomes visible in one redb transaction
+//! that also moves the tenant's durable usage (inline bytes count exactly as blob bytes), so
+//! the ledger equals the bytes the catalog references by construction, and no partially
+//! written object is ever visible.
 //!
 //! # Crash model
 //!
@@ -15,7 +19,9 @@
 //! and fsync a blob *before* the catalog references it, and drop the catalog reference
 //! *before* deleting a blob. A crash therefore leaves at worst unreferenced blobs (orphans),
 //! never references to missing data; `reconcile` at start-up lists them for deletion and
-//! recomputes usage from the catalog.
+//! recomputes usage from the catalog. An inline body is part of its object's value, so it
+//! becomes durable, is replaced and is deleted with the record, in the same transaction: it
+//! can be neither orphaned nor missing, and references no blob.
 //!
 //! # Quota
 //!
@@ -69,6 +75,9 @@ pub enum MetaError {
     Storage(#[from] redb::Error),
     #[error("corrupt metadata record: {0}")]
     Corrupt(String),
+    /// A caller handed the catalog a record that contradicts itself (a bug, not bad input).
+    #[error("inconsistent object record: {0}")]
+    Inconsistent(&'static str),
 }
 
 macro_rules! storage_from {

@@ -1,8 +1,23 @@
-//! Records stored as JSON values in the catalog tables.
+//! Records stored in the catalog tables, and how an object's value is laid out.
+//!
+//! Every record is JSON. An object's value is its record's JSON alone when its body is in
+//! blobs — exactly as before inline objects existed, so every catalog written earlier reads
+//! unchanged. An inline object's value is an envelope carrying the body after the record:
+//!
+//! ```text
+//! 0x01 | record JSON length (u32, little-endian) | record JSON | body bytes
+//! ```
+//!
+//! JSON never starts with 0x01, so the first byte tells the two apart, and code older than
+//! inline objects refuses such a value as corrupt rather than reading it as an object with
+//! no bytes. The body is raw (no base64), and readers that only need the record (HEAD,
+//! listings, eviction) skip it without copying.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+
+use crate::{MetaError, Result};
 
 /// One immutable blob in the backend, part of an object's body.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,8 +42,13 @@ pub struct ObjectRecord {
     /// User metadata (`x-amz-meta-*`), keys without the prefix.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
-    /// The body, in order. Empty for a zero-length object.
+    /// The body, in order. Empty for an inline object (zero-length PUTs are inline too).
     pub segments: Vec<Segment>,
+    /// The body is kept in the catalog with this record (a small object) instead of in
+    /// blobs; `segments` is then empty. The bytes are not a field: the catalog hands them
+    /// out beside the record (`Catalog::get_object_with_body`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inline: bool,
     /// Number of parts for a multipart object (for `x-amz-mp-parts-count`), else 0.
     #[serde(default)]
     pub parts: u32,
@@ -38,6 +58,80 @@ impl ObjectRecord {
     pub fn blobs(&self) -> impl Iterator<Item = &str> {
         self.segments.iter().map(|s| s.blob.as_str())
     }
+}
+
+/// First byte of an inline object's value (see the module doc).
+const INLINE_TAG: u8 = 0x01;
+/// Bytes before an inline value's record JSON: the tag and the JSON's length.
+const ENVELOPE: usize = 1 + 4;
+
+pub(crate) fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serializing plain records of strings and integers to JSON cannot fail.
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// The stored value of an object: its record, and its body if it is inline. `body` must be
+/// present exactly when `rec.inline` is set, with `rec.size` bytes and no segments.
+pub(crate) fn encode_object(rec: &ObjectRecord, body: Option<&[u8]>) -> Result<Vec<u8>> {
+    let Some(body) = body else {
+        if rec.inline {
+            return Err(MetaError::Inconsistent("an inline object without its body"));
+        }
+        return Ok(to_json(rec));
+    };
+    if !rec.inline || !rec.segments.is_empty() || rec.size != body.len() as u64 {
+        return Err(MetaError::Inconsistent(
+            "an inline body must come with an inline record of its size and no segments",
+        ));
+    }
+    let json = to_json(rec);
+    let len = u32::try_from(json.len())
+        .map_err(|_| MetaError::Inconsistent("object record too large"))?;
+    let mut value = Vec::with_capacity(ENVELOPE + json.len() + body.len());
+    value.push(INLINE_TAG);
+    value.extend_from_slice(&len.to_le_bytes());
+    value.extend_from_slice(&json);
+    value.extend_from_slice(body);
+    Ok(value)
+}
+
+/// Splits an object's stored value into its record and, for an inline object, its body.
+fn split_object(value: &[u8]) -> Result<(ObjectRecord, Option<&[u8]>)> {
+    let corrupt = |what: &str| MetaError::Corrupt(format!("object value: {what}"));
+    if value.first() != Some(&INLINE_TAG) {
+        let rec: ObjectRecord =
+            serde_json::from_slice(value).map_err(|e| MetaError::Corrupt(e.to_string()))?;
+        if rec.inline {
+            return Err(corrupt("an inline record without its body"));
+        }
+        return Ok((rec, None));
+    }
+    let len = value
+        .get(1..ENVELOPE)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes)
+        .ok_or_else(|| corrupt("truncated envelope"))?;
+    let end = ENVELOPE + len as usize;
+    let json = value
+        .get(ENVELOPE..end)
+        .ok_or_else(|| corrupt("truncated record"))?;
+    let rec: ObjectRecord =
+        serde_json::from_slice(json).map_err(|e| MetaError::Corrupt(e.to_string()))?;
+    let body = &value[end..];
+    if !rec.inline || !rec.segments.is_empty() || rec.size != body.len() as u64 {
+        return Err(corrupt("the inline body does not match its record"));
+    }
+    Ok((rec, Some(body)))
+}
+
+/// An object's record from its stored value, without copying an inline body.
+pub(crate) fn decode_object(value: &[u8]) -> Result<ObjectRecord> {
+    split_object(value).map(|(rec, _)| rec)
+}
+
+/// An object's record and, if it is inline, a copy of its body.
+pub(crate) fn decode_object_with_body(value: &[u8]) -> Result<(ObjectRecord, Option<Vec<u8>>)> {
+    split_object(value).map(|(rec, body)| (rec, body.map(<[u8]>::to_vec)))
 }
 
 /// An uploaded part of a multipart upload.

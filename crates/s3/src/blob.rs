@@ -10,7 +10,13 @@
 //! [`WRITE_BEHIND_BYTES`] worth of parts outstanding (at least two), so a request holds a few
 //! MiB at most whatever the object's size. A body shorter than one part is a single `put`.
 //! On the local filesystem both paths write a temporary file, fsync it and rename it into
-//! place; a blob is therefore whole or absent.
+//! place; a blob is therefore whole or absent. A body no larger than the caller's inline
+//! limit ([`BodyLimits::inline`]) is not written at all but handed back, for the catalog to
+//! keep with the object's record: the decision is taken when the body ends, so a body of
+//! unknown length is held (never more than a part, as any body is) and goes to a blob as
+//! soon as it turns out longer. Either way its bytes are admitted through the pacer exactly
+//! as if they were written, and [`read_inline`] admits an inline body's bytes as a backend
+//! read of them would be.
 //!
 //! Reads fetch ranges of at most one grain, [`READ_AHEAD_BYTES`] ahead of the sender. Both
 //! windows are in bytes, not parts, so that one request alone can keep the tier busy however
@@ -131,6 +137,9 @@ impl Pacer {
 pub struct Written {
     pub size: u64,
     pub md5: [u8; 16],
+    /// The body itself when it was within the inline limit: nothing was written to the
+    /// backend. `None`: the body is in the blob the write was given.
+    pub inline: Option<Bytes>,
 }
 
 impl Written {
@@ -156,6 +165,10 @@ pub struct BodyLimits {
     pub declared: Option<u64>,
     /// The largest body accepted.
     pub max: u64,
+    /// A body of at most this many bytes is handed back in [`Written::inline`] instead of
+    /// written to the backend. `None`: always write the blob (multipart parts, which the
+    /// catalog assembles from blobs).
+    pub inline: Option<u64>,
 }
 
 /// The backend, seen per tenant.
@@ -339,6 +352,29 @@ impl BlobStore {
     }
 }
 
+/// The bytes `range` of an inline body (an object kept in the catalog), admitted through the
+/// tenant's pacer as a backend read of the same bytes would be. A range beyond the body is
+/// an error, never short data.
+pub fn read_inline(pacer: &Pacer, body: Bytes, range: Range<u64>) -> ReadStream {
+    if range.is_empty() {
+        return ReadStream::new(stream::empty().boxed());
+    }
+    let pacer = pacer.clone();
+    let read = async move {
+        pacer.admit(range.end - range.start, false).await;
+        let to = usize::try_from(range.end).unwrap_or(usize::MAX);
+        let from = usize::try_from(range.start).unwrap_or(usize::MAX);
+        if to > body.len() {
+            return Err(object_store::Error::Generic {
+                store: "sluice",
+                source: format!("range {range:?} of an inline body of {} bytes", body.len()).into(),
+            });
+        }
+        Ok(body.slice(from..to))
+    };
+    ReadStream::new(stream::once(read).boxed())
+}
+
 /// The bytes `range` of a blob. On the local filesystem (the backend hands back the open
 /// file) they are read straight into an uninitialised buffer: `get_range` would zero-fill
 /// each grain's buffer before reading over it, a memset per byte served that showed as 5%
@@ -467,7 +503,11 @@ where
     }
     let rest = buf.freeze();
     pacer.admit(rest.content_length() as u64, true).await;
+    let mut inline = None;
     match upload.as_mut() {
+        // Nothing has gone to the backend (the body is shorter than a part) and it is small
+        // enough to keep: hand it back instead of writing it.
+        None if limits.inline.is_some_and(|max| size <= max) => inline = Some(Bytes::from(rest)),
         None => {
             store.put(path, rest).await?;
         }
@@ -484,6 +524,7 @@ where
     Ok(Written {
         size,
         md5: md5.finish().await,
+        inline,
     })
 }
 
@@ -643,6 +684,26 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    #[tokio::test]
+    async fn an_inline_read_is_exact_or_fails() {
+        let body = Bytes::from_static(b"0123456789");
+        let pacer = Pacer::unthrottled("t");
+        let read = |r: Range<u64>| read_inline(&pacer, body.clone(), r).try_collect::<Vec<_>>();
+        assert_eq!(
+            read(2..5).await.expect("read"),
+            [Bytes::from_static(b"234")]
+        );
+        assert!(read(3..3).await.expect("empty").is_empty());
+        assert!(read(5..11).await.is_err(), "a range past the body");
+        assert_eq!(
+            pacer
+                .metrics
+                .bytes_out
+                .load(std::sync::atomic::Ordering::Relaxed),
+            3 + 6
+        );
+    }
+
     /// Regression: an admitted part used to sit unpolled until the next part had been read
     /// from the client, so the tier saw admitted work late and bunched (a standing queue in
     /// front of other tenants that the scheduler could not see). A part must start on the
@@ -669,6 +730,7 @@ mod tests {
                 let limits = BodyLimits {
                     declared: None,
                     max: 1 << 30,
+                    inline: None,
                 };
                 let pacer = Pacer::unthrottled("t");
                 store

@@ -84,7 +84,9 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 err
             }
             MetaError::UnknownTenant => with(C::AccessDenied, "access denied"),
-            MetaError::Storage(_) | MetaError::Corrupt(_) => internal(&msg),
+            MetaError::Storage(_) | MetaError::Corrupt(_) | MetaError::Inconsistent(_) => {
+                internal(&msg)
+            }
         },
         ApiError::Backend(b) => match b {
             object_store::Error::NotFound { .. } => {

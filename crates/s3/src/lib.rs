@@ -5,7 +5,8 @@
 //! - [`front`]: the S3 operations, confined to the caller's namespace, with quota reserved
 //!   before bytes move (the capacity boundary);
 //! - [`checksum`]: the `x-amz-checksum-*` a client attaches to a body, verified on the way in;
-//! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix;
+//! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix
+//!   (or handing a small body back, for the catalog to keep inline with its record);
 //! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status;
 //! - [`connection`]: the service as hyper serves it, with the connection rules clients need.
 //!

@@ -24,7 +24,7 @@ fn obj(size: u64, blob: &str) -> ObjectRecord {
 
 fn put(c: &Catalog, tenant: &str, key: &str, size: u64) -> Option<ObjectRecord> {
     let r = c.ledger().reserve(tenant, size).expect("reserve");
-    c.put_object(tenant, "bkt", key, &obj(size, key), r)
+    c.put_object(tenant, "bkt", key, &obj(size, key), None, r)
         .expect("put")
 }
 
@@ -292,7 +292,10 @@ fn a_hook_sees_every_visible_change_and_its_error_aborts_the_change() {
     c.delete_object("a", "bkt", "never")
         .expect("delete of nothing");
     let r = c.ledger().reserve("a", 5).expect("reserve");
-    assert!(c.put_object("a", "bkt", "refuse", &obj(5, "x"), r).is_err());
+    assert!(
+        c.put_object("a", "bkt", "refuse", &obj(5, "x"), None, r)
+            .is_err()
+    );
     assert!(c.get_object("a", "bkt", "refuse").expect("get").is_none());
     assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(0));
     // Eviction is not a client's delete: the hook does not hear of it.
@@ -314,5 +317,261 @@ fn a_hook_sees_every_visible_change_and_its_error_aborts_the_change() {
             "delete never existed=false",
             "put e replaced=false",
         ]
+    );
+}
+
+fn inline_obj(body: &[u8]) -> ObjectRecord {
+    ObjectRecord {
+        size: body.len() as u64,
+        etag: "00".into(),
+        last_modified_ms: 1,
+        inline: true,
+        ..ObjectRecord::default()
+    }
+}
+
+fn put_inline(c: &Catalog, tenant: &str, key: &str, body: &[u8]) -> Option<ObjectRecord> {
+    let r = c
+        .ledger()
+        .reserve(tenant, body.len() as u64)
+        .expect("reserve");
+    c.put_object(tenant, "bkt", key, &inline_obj(body), Some(body), r)
+        .expect("put inline")
+}
+
+#[test]
+fn an_inline_object_keeps_its_body_in_the_catalog_and_no_blob() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put_inline(&c, "a", "small", b"hello");
+    put(&c, "a", "large", 100);
+    let (rec, body) = c
+        .get_object_with_body("a", "bkt", "small")
+        .expect("get")
+        .expect("present");
+    assert!(rec.inline && rec.segments.is_empty());
+    assert_eq!(body.as_deref(), Some(&b"hello"[..]));
+    assert_eq!(c.get_object("a", "bkt", "small").expect("get"), Some(rec));
+    let (_, body) = c
+        .get_object_with_body("a", "bkt", "large")
+        .expect("get")
+        .expect("present");
+    assert_eq!(body, None, "a blob object has no inline body");
+    // Inline bytes are usage like any other; the reservation is settled, not leaked.
+    assert_eq!(c.ledger().usage("a"), Some((105, 0, 1 << 30)));
+    // Reconciliation must neither expect a blob for it nor count its bytes as an orphan's.
+    assert_eq!(
+        c.referenced_blobs().expect("refs")["a"],
+        HashSet::from(["large".to_owned()])
+    );
+    let q = ListQuery {
+        max: 1000,
+        ..ListQuery::default()
+    };
+    let page = c.list_objects("a", "bkt", &q).expect("list");
+    let Entry::Object(name, listed) = &page.entries[1] else {
+        panic!("an object")
+    };
+    assert_eq!(
+        (name.as_str(), listed.size, listed.inline),
+        ("small", 5, true)
+    );
+}
+
+#[test]
+fn overwrites_between_inline_and_blob_objects_hand_back_only_real_blobs() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put(&c, "a", "k", 100);
+    // blob → inline: the old blob is the caller's to delete.
+    let old = put_inline(&c, "a", "k", b"abc").expect("replaced");
+    assert_eq!(old.blobs().collect::<Vec<_>>(), ["k"]);
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(3));
+    // inline → blob: the replaced object names no blob, and its body is gone.
+    let old = put(&c, "a", "k", 50).expect("replaced");
+    assert!(old.inline);
+    assert_eq!(old.blobs().count(), 0);
+    let (_, body) = c
+        .get_object_with_body("a", "bkt", "k")
+        .expect("get")
+        .expect("present");
+    assert_eq!(body, None);
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(50));
+    // inline → inline, then delete.
+    put_inline(&c, "a", "k", b"x");
+    let old = put_inline(&c, "a", "k", b"yz").expect("replaced");
+    assert_eq!((old.inline, old.size), (true, 1));
+    let gone = c
+        .delete_object("a", "bkt", "k")
+        .expect("delete")
+        .expect("old");
+    assert!(gone.inline && gone.blobs().count() == 0);
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(0));
+    assert!(c.referenced_blobs().expect("refs").is_empty());
+}
+
+#[test]
+fn an_inline_object_is_evicted_like_any_other() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put_inline(&c, "a", "k", b"body");
+    let rec = c
+        .get_object("a", "bkt", "k")
+        .expect("get")
+        .expect("present");
+    assert!(c.evict_object("a", "bkt", "k", &rec).expect("evict"));
+    assert!(c.get_object("a", "bkt", "k").expect("get").is_none());
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(0));
+}
+
+#[test]
+fn a_record_and_body_that_disagree_are_refused_and_change_nothing() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    let cases: [(ObjectRecord, Option<&[u8]>); 4] = [
+        (inline_obj(b"abc"), None),
+        (obj(3, "blob"), Some(b"abc")),
+        (inline_obj(b"abcd"), Some(b"abc")),
+        (
+            ObjectRecord {
+                segments: obj(3, "blob").segments,
+                ..inline_obj(b"abc")
+            },
+            Some(b"abc"),
+        ),
+    ];
+    for (rec, body) in cases {
+        let r = c.ledger().reserve("a", 3).expect("reserve");
+        assert!(matches!(
+            c.put_object("a", "bkt", "k", &rec, body, r),
+            Err(MetaError::Inconsistent(_))
+        ));
+    }
+    assert!(c.get_object("a", "bkt", "k").expect("get").is_none());
+    assert_eq!(c.ledger().usage("a"), Some((0, 0, 1 << 30)));
+}
+
+/// Copies `dir/meta.redb` as it is on disk and opens the copy (redb's recovery path): called
+/// while the catalog is still open, this is what a process killed at this instant leaves.
+fn open_as_after_a_kill(dir: &std::path::Path) -> Catalog {
+    let copy = dir.join("after-kill.redb");
+    std::fs::copy(dir.join("meta.redb"), &copy).expect("copy");
+    Catalog::open(&copy).expect("reopen").0
+}
+
+#[test]
+fn an_acknowledged_inline_put_survives_a_kill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (c, _) = Catalog::open(&dir.path().join("meta.redb")).expect("open");
+    c.ledger().set_quota("a", 1 << 20);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    let body: Vec<u8> = (0..16_384u32).map(|i| (i % 251) as u8).collect();
+    put_inline(&c, "a", "k", &body);
+    put(&c, "a", "blob", 7);
+    let after = open_as_after_a_kill(dir.path());
+    drop(c);
+    let (rec, got) = after
+        .get_object_with_body("a", "bkt", "k")
+        .expect("get")
+        .expect("an acknowledged put is on disk");
+    assert_eq!(rec.size, body.len() as u64);
+    assert!(got == Some(body.clone()), "the body came back different");
+    // Usage is recomputed from the catalog at open, inline bytes included.
+    assert_eq!(
+        after.ledger().usage("a").map(|u| u.0),
+        Some(body.len() as u64 + 7)
+    );
+}
+
+/// What the catalog stored for a single-blob object before inline objects existed, byte for
+/// byte (`serde_json` of the record as it was then).
+const LEGACY_OBJECT: &str = r#"{"size":3,"etag":"900150983cd24fb0d6963f7d28e17f72","last_modified_ms":1700000000000,"content_type":"text/plain","headers":{"cache-control":"no-cache"},"metadata":{"owner":"me"},"segments":[{"blob":"bkt/ab/00112233445566778899aabbccddeeff","size":3}],"parts":0}"#;
+
+#[test]
+fn objects_written_before_inline_objects_still_decode_and_encode_identically() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("meta.redb");
+    {
+        let (c, _) = Catalog::open(&path).expect("open");
+        c.create_bucket("a", "bkt", 1).expect("create");
+        let txn = c.database().begin_write().expect("txn");
+        txn.open_table(OBJECTS)
+            .expect("table")
+            .insert(
+                keys::entry("a", "bkt", "old").as_slice(),
+                LEGACY_OBJECT.as_bytes(),
+            )
+            .expect("insert");
+        txn.commit().expect("commit");
+    }
+    let (c, report) = Catalog::open(&path).expect("reopen");
+    // Usage is recomputed from the old record (the stored figure was never moved).
+    assert_eq!(report.usage_fixed, [("a".to_owned(), 0, 3)]);
+    let (rec, body) = c
+        .get_object_with_body("a", "bkt", "old")
+        .expect("get")
+        .expect("present");
+    assert_eq!(body, None);
+    assert!(!rec.inline);
+    assert_eq!(
+        (
+            rec.size,
+            rec.content_type.as_deref(),
+            rec.metadata["owner"].as_str()
+        ),
+        (3, Some("text/plain"), "me")
+    );
+    assert_eq!(
+        rec.blobs().collect::<Vec<_>>(),
+        ["bkt/ab/00112233445566778899aabbccddeeff"]
+    );
+    // A blob object is still written exactly as before, so older code can read it back.
+    assert_eq!(
+        encode_object(&rec, None).expect("encode"),
+        LEGACY_OBJECT.as_bytes()
+    );
+}
+
+#[test]
+fn an_inline_value_is_refused_by_a_plain_json_reader() {
+    // Code older than inline objects decoded values as plain JSON: it must refuse an inline
+    // value rather than read it as an object with no bytes.
+    let value = encode_object(&inline_obj(b"abc"), Some(b"abc")).expect("encode");
+    assert!(serde_json::from_slice::<ObjectRecord>(&value).is_err());
+    let (rec, body) = decode_object_with_body(&value).expect("decode");
+    assert_eq!((rec, body), (inline_obj(b"abc"), Some(b"abc".to_vec())));
+    // A truncated value is corrupt, never a shorter body.
+    assert!(matches!(
+        decode_object(&value[..value.len() - 1]),
+        Err(MetaError::Corrupt(_))
+    ));
+}
+
+/// Keeps the body of every put it hears about.
+#[derive(Default)]
+struct Bodies(std::sync::Mutex<Vec<Option<Vec<u8>>>>);
+
+impl CommitHook for Bodies {
+    fn on_commit(&self, _txn: &redb::WriteTransaction, change: &Change<'_>) -> Result<()> {
+        if let Change::Put { body, .. } = change {
+            self.0.lock().expect("lock").push(body.map(<[u8]>::to_vec));
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_hook_hears_an_inline_body_with_its_put() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let hook = std::sync::Arc::new(Bodies::default());
+    let (c, _) = Catalog::open(&dir.path().join("meta.redb")).expect("open");
+    let c = c.with_hook(hook.clone());
+    c.ledger().set_quota("a", 1 << 20);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put_inline(&c, "a", "k", b"inline bytes");
+    put(&c, "a", "j", 4);
+    assert_eq!(
+        *hook.0.lock().expect("lock"),
+        vec![Some(b"inline bytes".to_vec()), None]
     );
 }

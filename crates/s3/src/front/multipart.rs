@@ -142,11 +142,12 @@ impl Front {
                 input.content_length,
                 input.content_md5.as_deref(),
                 &expected,
+                None,
             )
             .await?;
         let etag_hex = received.written.etag();
         let part = PartRecord {
-            blob: received.blob,
+            blob: received.stored.into_blob()?,
             size: received.written.size,
             etag: etag_hex.clone(),
             last_modified_ms: now_ms(),
@@ -182,7 +183,7 @@ impl Front {
         let (_, _, src) = self.copy_source(tenant, &input.copy_source).await?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;
-        let range = copy_range(input.copy_source_range.as_deref(), src.size)?;
+        let range = copy_range(input.copy_source_range.as_deref(), src.rec.size)?;
         let (blob, written, reservation) =
             self.copy_bytes(tenant, &input.bucket, &src, range).await?;
         let now = now_ms();

@@ -4,12 +4,14 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 
 use base64::Engine;
+use bytes::Bytes;
+use md5::{Digest as _, Md5};
 use s3s::dto::{self, StreamingBlob};
 use s3s::stream::ByteStream;
 use sluice_meta::{ObjectRecord, Segment};
 
-use super::{Front, etag, now_ms, timestamp};
-use crate::blob::{BlobStore, BodyLimits, Written};
+use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
+use crate::blob::{self, BlobStore, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
@@ -59,9 +61,42 @@ impl Representation {
     }
 }
 
-/// A request body stored in a new blob, not yet referenced by the catalog.
+/// Where a received body is, not yet referenced by the catalog.
+pub(super) enum Stored {
+    /// In a new blob.
+    Blob(String),
+    /// In memory (at most the inline limit), for the catalog to keep with the record.
+    Inline(Bytes),
+}
+
+impl Stored {
+    /// The blob of a body received without an inline limit (a part).
+    pub(super) fn into_blob(self) -> ApiResult<String> {
+        match self {
+            Self::Blob(name) => Ok(name),
+            Self::Inline(_) => Err(ApiError::Internal(
+                "a body received for a blob was kept inline".into(),
+            )),
+        }
+    }
+
+    /// Deletes the blob, if there is one (the body is not going to be referenced).
+    async fn discard(self, front: &Front, tenant: &str) {
+        if let Self::Blob(name) = self {
+            front.blobs().delete(tenant, [name]).await;
+        }
+    }
+}
+
+/// An object read for its bytes: its record and, if it is inline, its body.
+pub(super) struct Source {
+    pub rec: ObjectRecord,
+    pub inline: Option<Bytes>,
+}
+
+/// A request body stored, not yet referenced by the catalog.
 pub(super) struct Received {
-    pub blob: String,
+    pub stored: Stored,
     pub written: Written,
     pub reservation: sluice_meta::Reservation,
     /// The client's `x-amz-checksum-*`, verified against the body.
@@ -100,8 +135,9 @@ fn metadata(rec: &ObjectRecord) -> Option<dto::Metadata> {
 }
 
 impl Front {
-    /// Streams a body into a new blob with the space reserved first; returns the blob name
-    /// and what was written. On error the blob is gone and the reservation released.
+    /// Streams a body into a new blob with the space reserved first, or keeps it in memory
+    /// if it is at most `inline` bytes; returns where it is and what was written. On error
+    /// no blob is left and the reservation is released.
     pub(super) async fn store_body<S, E>(
         &self,
         tenant: &str,
@@ -109,7 +145,8 @@ impl Front {
         body: S,
         declared: Option<u64>,
         max: u64,
-    ) -> ApiResult<(String, Written, sluice_meta::Reservation)>
+        inline: Option<u64>,
+    ) -> ApiResult<(Stored, Written, sluice_meta::Reservation)>
     where
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin,
         E: std::fmt::Display,
@@ -124,17 +161,26 @@ impl Front {
             .ledger()
             .reserve(tenant, declared.unwrap_or(0))?;
         let blob = BlobStore::new_blob_name(bucket);
-        let limits = BodyLimits { declared, max };
-        let written = self
+        let limits = BodyLimits {
+            declared,
+            max,
+            inline,
+        };
+        let mut written = self
             .blobs()
             .write(&self.pacer(tenant), &blob, body, limits, &mut reservation)
             .await?;
-        Ok((blob, written, reservation))
+        let stored = match written.inline.take() {
+            Some(bytes) => Stored::Inline(bytes),
+            None => Stored::Blob(blob),
+        };
+        Ok((stored, written, reservation))
     }
 
-    /// Stores a client's request body (PutObject, UploadPart) in a new blob: the declared
-    /// length reserved first, the size limit enforced, Content-MD5 and the `x-amz-checksum-*`
-    /// the client declared checked (the verified checksum is returned, for the response).
+    /// Stores a client's request body (PutObject, UploadPart) in a new blob, or in memory if
+    /// it is at most `inline` bytes: the declared length reserved first, the size limit
+    /// enforced, Content-MD5 and the `x-amz-checksum-*` the client declared checked (the
+    /// verified checksum is returned, for the response).
     pub(super) async fn receive(
         &self,
         tenant: &str,
@@ -143,44 +189,48 @@ impl Front {
         content_length: Option<i64>,
         content_md5: Option<&str>,
         checksum: &Expected,
+        inline: Option<u64>,
     ) -> ApiResult<Received> {
         let body = body.unwrap_or_else(|| {
             StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
         });
         let declared = declared_length(&body, content_length);
         let mut body = Hashing::new(body, checksum.algorithm());
-        let (blob, written, reservation) = self
+        let (stored, written, reservation) = self
             .store_body(
                 tenant,
                 bucket,
                 &mut body,
                 declared,
                 self.config().max_object_size,
+                inline,
             )
             .await?;
         let verified =
             check_md5(content_md5, &written).and_then(|()| checksum.verify(body.finish()));
         match verified {
             Ok(checksum) => Ok(Received {
-                blob,
+                stored,
                 written,
                 reservation,
                 checksum,
             }),
             Err(e) => {
-                self.blobs().delete(tenant, [blob]).await;
+                stored.discard(self, tenant).await;
                 Err(e)
             }
         }
     }
 
-    /// Makes `rec` visible at `key`; deletes the blobs it replaced, or on failure its own.
+    /// Makes `rec` visible at `key`, with its body when it is inline; deletes the blobs it
+    /// replaced, or on failure its own.
     pub(super) async fn commit_object(
         &self,
         tenant: &str,
         bucket: &str,
         key: &str,
         rec: ObjectRecord,
+        inline: Option<Bytes>,
         reservation: sluice_meta::Reservation,
     ) -> ApiResult<ObjectRecord> {
         let (t, b, k, r) = (
@@ -190,7 +240,7 @@ impl Front {
             rec.clone(),
         );
         match self
-            .meta(move |c| c.put_object(&t, &b, &k, &r, reservation))
+            .meta(move |c| c.put_object(&t, &b, &k, &r, inline.as_deref(), reservation))
             .await
         {
             Ok(replaced) => {
@@ -228,6 +278,7 @@ impl Front {
                 input.content_length,
                 input.content_md5.as_deref(),
                 &expected,
+                Some(INLINE_MAX),
             )
             .await?;
         let repr = Representation::new(
@@ -238,9 +289,16 @@ impl Front {
             input.content_language,
             input.metadata,
         );
-        let rec = single_blob_object(received.blob, &received.written, repr);
+        let (rec, inline) = new_object(received.stored, &received.written, repr);
         let rec = self
-            .commit_object(tenant, &input.bucket, &input.key, rec, received.reservation)
+            .commit_object(
+                tenant,
+                &input.bucket,
+                &input.key,
+                rec,
+                inline,
+                received.reservation,
+            )
             .await?;
         let digest = received.checksum.as_ref();
         Ok(dto::PutObjectOutput {
@@ -269,6 +327,34 @@ impl Front {
             .ok_or(ApiError::NoSuchKey)
     }
 
+    /// The object at `key` with its inline body, if it has one, from one snapshot.
+    pub(super) async fn object_with_body(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> ApiResult<Source> {
+        let (t, b, k) = (tenant.to_owned(), bucket.to_owned(), key.to_owned());
+        let (rec, inline) = self
+            .meta(move |c| c.get_object_with_body(&t, &b, &k))
+            .await?
+            .ok_or(ApiError::NoSuchKey)?;
+        Ok(Source {
+            rec,
+            inline: inline.map(Bytes::from),
+        })
+    }
+
+    /// The bytes `range` of an object, from its inline body or its blobs, admitted through
+    /// the tenant's pacer either way.
+    pub(super) fn read_object(&self, tenant: &str, src: &Source, range: Range<u64>) -> ReadStream {
+        let pacer = self.pacer(tenant);
+        match &src.inline {
+            Some(body) => blob::read_inline(&pacer, body.clone(), range),
+            None => self.blobs().read(&pacer, &src.rec.segments, range),
+        }
+    }
+
     pub(super) async fn get_object_op(
         &self,
         tenant: &str,
@@ -277,14 +363,15 @@ impl Front {
         if input.part_number.is_some() {
             return Err(ApiError::NotImplemented("GetObject by partNumber"));
         }
-        let rec = self.object(tenant, &input.bucket, &input.key).await?;
+        let src = self
+            .object_with_body(tenant, &input.bucket, &input.key)
+            .await?;
+        let rec = &src.rec;
         let (range, partial) = match &input.range {
             None => (0..rec.size, false),
             Some(r) => (r.check(rec.size).map_err(|_| ApiError::InvalidRange)?, true),
         };
-        let body = self
-            .blobs()
-            .read(&self.pacer(tenant), &rec.segments, range.clone());
+        let body = self.read_object(tenant, &src, range.clone());
         Ok(dto::GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: i64::try_from(range.end - range.start).ok(),
@@ -297,17 +384,17 @@ impl Front {
                 .or_else(|| rec.content_type.clone()),
             cache_control: input
                 .response_cache_control
-                .or_else(|| header(&rec, "cache-control")),
+                .or_else(|| header(rec, "cache-control")),
             content_disposition: input
                 .response_content_disposition
-                .or_else(|| header(&rec, "content-disposition")),
+                .or_else(|| header(rec, "content-disposition")),
             content_encoding: input
                 .response_content_encoding
-                .or_else(|| header(&rec, "content-encoding")),
+                .or_else(|| header(rec, "content-encoding")),
             content_language: input
                 .response_content_language
-                .or_else(|| header(&rec, "content-language")),
-            metadata: metadata(&rec),
+                .or_else(|| header(rec, "content-language")),
+            metadata: metadata(rec),
             parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
             ..Default::default()
         })
@@ -412,12 +499,12 @@ impl Front {
         })
     }
 
-    /// Resolves a copy source in the caller's own namespace.
+    /// Resolves a copy source in the caller's own namespace: its bucket, key and object.
     pub(super) async fn copy_source(
         &self,
         tenant: &str,
         source: &dto::CopySource,
-    ) -> ApiResult<(String, String, ObjectRecord)> {
+    ) -> ApiResult<(String, String, Source)> {
         let dto::CopySource::Bucket {
             bucket,
             key,
@@ -433,8 +520,8 @@ impl Front {
                 "versioning is not enabled".into(),
             ));
         }
-        let rec = self.object(tenant, bucket, key).await?;
-        Ok((bucket.to_string(), key.to_string(), rec))
+        let src = self.object_with_body(tenant, bucket, key).await?;
+        Ok((bucket.to_string(), key.to_string(), src))
     }
 
     /// Copies `range` of `src` into a new blob, server-side when it is one whole blob.
@@ -442,9 +529,10 @@ impl Front {
         &self,
         tenant: &str,
         bucket: &str,
-        src: &ObjectRecord,
+        source: &Source,
         range: Range<u64>,
     ) -> ApiResult<(String, Written, sluice_meta::Reservation)> {
+        let src = &source.rec;
         let len = range.end - range.start;
         let whole_single =
             src.segments.len() == 1 && range.start == 0 && len == src.size && src.parts == 0;
@@ -456,11 +544,36 @@ impl Front {
             self.blobs()
                 .copy(tenant, &src.segments[0].blob, &blob)
                 .await?;
-            return Ok((blob, Written { size: len, md5 }, reservation));
+            let written = Written {
+                size: len,
+                md5,
+                inline: None,
+            };
+            return Ok((blob, written, reservation));
         }
-        let body = self.blobs().read(&self.pacer(tenant), &src.segments, range);
-        self.store_body(tenant, bucket, body, Some(len), u64::MAX)
-            .await
+        let body = self.read_object(tenant, source, range);
+        let (stored, written, reservation) = self
+            .store_body(tenant, bucket, body, Some(len), u64::MAX, None)
+            .await?;
+        Ok((stored.into_blob()?, written, reservation))
+    }
+
+    /// Copies an inline object's body into a new inline record's: the space reserved first
+    /// and the bytes admitted as a server-side copy of them would be.
+    async fn copy_inline(
+        &self,
+        tenant: &str,
+        body: &Bytes,
+    ) -> ApiResult<(Stored, Written, sluice_meta::Reservation)> {
+        let len = body.len() as u64;
+        let reservation = self.catalog().ledger().reserve(tenant, len)?;
+        self.pacer(tenant).admit_copy(len).await;
+        let written = Written {
+            size: len,
+            md5: Md5::digest(body).into(),
+            inline: None,
+        };
+        Ok((Stored::Inline(body.clone()), written, reservation))
     }
 
     pub(super) async fn copy_object_op(
@@ -479,9 +592,15 @@ impl Front {
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata".into(),
             ));
         }
-        let (blob, written, reservation) = self
-            .copy_bytes(tenant, &input.bucket, &src, 0..src.size)
-            .await?;
+        // A copy keeps its source's kind of storage: an inline object's copy stays inline.
+        let (stored, written, reservation) = if let Some(body) = &src.inline {
+            self.copy_inline(tenant, body).await?
+        } else {
+            let (blob, written, reservation) = self
+                .copy_bytes(tenant, &input.bucket, &src, 0..src.rec.size)
+                .await?;
+            (Stored::Blob(blob), written, reservation)
+        };
         let repr = if replace {
             Representation::new(
                 input.content_type,
@@ -493,14 +612,14 @@ impl Front {
             )
         } else {
             Representation {
-                content_type: src.content_type.clone(),
-                headers: src.headers.clone(),
-                metadata: src.metadata.clone(),
+                content_type: src.rec.content_type.clone(),
+                headers: src.rec.headers.clone(),
+                metadata: src.rec.metadata.clone(),
             }
         };
-        let rec = single_blob_object(blob, &written, repr);
+        let (rec, inline) = new_object(stored, &written, repr);
         let rec = self
-            .commit_object(tenant, &input.bucket, &input.key, rec, reservation)
+            .commit_object(tenant, &input.bucket, &input.key, rec, inline, reservation)
             .await?;
         Ok(dto::CopyObjectOutput {
             copy_object_result: Some(dto::CopyObjectResult {
@@ -513,21 +632,34 @@ impl Front {
     }
 }
 
-/// The record of an object whose body is the one blob just written.
-fn single_blob_object(blob: String, written: &Written, repr: Representation) -> ObjectRecord {
-    ObjectRecord {
+/// The record of an object whose body was just stored, with its body if that is inline.
+fn new_object(
+    stored: Stored,
+    written: &Written,
+    repr: Representation,
+) -> (ObjectRecord, Option<Bytes>) {
+    let (segments, inline) = match stored {
+        Stored::Blob(blob) => (
+            vec![Segment {
+                blob,
+                size: written.size,
+            }],
+            None,
+        ),
+        Stored::Inline(body) => (Vec::new(), Some(body)),
+    };
+    let rec = ObjectRecord {
         size: written.size,
         etag: written.etag(),
         last_modified_ms: now_ms(),
         content_type: repr.content_type,
         headers: repr.headers,
         metadata: repr.metadata,
-        segments: vec![Segment {
-            blob,
-            size: written.size,
-        }],
+        segments,
+        inline: inline.is_some(),
         parts: 0,
-    }
+    };
+    (rec, inline)
 }
 
 fn content_range(range: &Range<u64>, size: u64) -> String {
