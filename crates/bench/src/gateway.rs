@@ -263,9 +263,10 @@ async fn read_phase<T: Target>(name: &str, target: &T, cfg: &Config) -> Result<R
 }
 
 /// Writes back dirty pages and empties the page cache, so that every target's reads come
-/// from the disk, as they do when a tier holds more than memory. Needs root; returns whether
-/// it worked (if not, reads are warm for every target alike).
-fn drop_page_cache() -> bool {
+/// from the disk, as they do when a tier holds more than memory, and every target's writes
+/// start with no earlier writeback in progress. Needs root for the drop; returns whether it
+/// worked (if not, reads are warm for every target alike).
+pub fn drop_page_cache() -> bool {
     let synced = std::process::Command::new("sync")
         .status()
         .is_ok_and(|s| s.success());

@@ -1,12 +1,16 @@
 //! `sluice bench agent`: how long a checkpoint burst takes to be acknowledged through the node
 //! agent, against writing and fsyncing the same bytes straight to the same filesystem.
 //!
-//! One run starts a gateway and an agent in-process on loopback (data under `--dir`), then
-//! for `--rounds` rounds: N concurrent files of SIZE written and fsynced directly (threads,
-//! 1 MiB writes, `fsync` per file), then N concurrent PUTs of SIZE to the agent (one S3 client,
-//! unsigned payload) until every one is acknowledged. The agent's drain runs meanwhile at
-//! `--drain-rate`, as it would on a node. Prints the configuration, each measurement with the
-//! CPU time it cost this process (the S3 client runs in-process too), the medians and the
+//! Each of `--rounds` rounds measures both, in alternating order: N concurrent files of SIZE
+//! written and fsynced directly (threads, 1 MiB writes, `fsync` per file), and N concurrent
+//! PUTs of SIZE to a node agent (one in-process S3 client, unsigned payload) until every one
+//! is acknowledged. The agent's drain runs meanwhile at `--drain-rate` to a gateway, as it
+//! would on a node; both run in this process, fresh for each round (under `--dir`), and are
+//! stopped at the end of the round, so that no earlier round's drain competes with a later
+//! measurement. Before each measurement dirty pages are written back and, as root, the page
+//! cache is dropped: each starts with the disk idle, which is what a direct baseline measured
+//! right after another 4 GiB of writes does not get. Prints each measurement with the CPU time
+//! it cost this process (client, agent, drain and gateway included), the medians and the
 //! ratio agent / direct.
 
 use std::io::Write as _;
@@ -157,29 +161,116 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
         args.rounds,
         args.dir.display()
     );
-    let capacity = total * (args.rounds as u64 + 1);
+    let capacity = total * 2;
     let drain_rate = args.drain_rate.0;
     let dir = args.dir.clone();
+    let dropped = sluice_bench::gateway::drop_page_cache();
+    println!(
+        "before each measurement: dirty pages written back{}",
+        if dropped {
+            ", page cache dropped"
+        } else {
+            " (page cache not dropped: not root)"
+        }
+    );
     super::runtime()?.block_on(async move {
+        let mut directs = Vec::new();
+        let mut agents = Vec::new();
+        for round in 0..args.rounds {
+            let round_dir = dir.join(format!("round-{round}"));
+            let node = Node::start(&round_dir, capacity, drain_rate).await?;
+            // Alternate the order: whichever goes second finds the other's files on disk.
+            for agent_first in [round % 2 == 1, round % 2 == 0] {
+                sluice_bench::gateway::drop_page_cache();
+                if agent_first {
+                    let cpu = cpu_seconds();
+                    let a = node.burst(round, args.objects, &body).await?;
+                    println!(
+                        "round {round}: through the agent    {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB incl. client, drain and gateway)",
+                        a.as_secs_f64(),
+                        total as f64 / a.as_secs_f64() / 1_048_576.0,
+                        cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
+                    );
+                    agents.push(a);
+                } else {
+                    let cpu = cpu_seconds();
+                    let d = {
+                        let dir = round_dir.join("direct");
+                        let body = Arc::clone(&body);
+                        let n = args.objects;
+                        tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??
+                    };
+                    println!(
+                        "round {round}: direct write+fsync {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB)",
+                        d.as_secs_f64(),
+                        total as f64 / d.as_secs_f64() / 1_048_576.0,
+                        cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
+                    );
+                    directs.push(d);
+                }
+            }
+            node.stop().await;
+            std::fs::remove_dir_all(&round_dir)
+                .with_context(|| format!("emptying {}", round_dir.display()))?;
+        }
+        let (d, a) = (median(&mut directs), median(&mut agents));
+        println!(
+            "median: direct {:.3} s, agent {:.3} s, ratio agent/direct = {:.3} (target <= 1.15)",
+            d.as_secs_f64(),
+            a.as_secs_f64(),
+            a.as_secs_f64() / d.as_secs_f64()
+        );
+        anyhow::Ok(())
+    })?;
+    Ok(())
+}
+
+/// A gateway and a node agent draining to it, in this process.
+struct Node {
+    gateway: sluice_gateway::Running,
+    agent: sluice_agent::Running,
+    endpoint: String,
+}
+
+impl Node {
+    async fn start(dir: &Path, capacity: u64, drain_rate: f64) -> anyhow::Result<Self> {
+        std::fs::create_dir_all(dir)?;
         // The gateway first (its port is the agent's upstream).
         let gw_config = Config::parse(
-            &config_text(&dir, "http://127.0.0.1:1", capacity, drain_rate),
+            &config_text(dir, "http://127.0.0.1:1", capacity, drain_rate),
             &dir.join("bench.toml"),
         )?;
         let gateway = super::gateway::start(&gw_config).await?;
         let upstream = format!("http://{}", gateway.addr);
         let config = Config::parse(
-            &config_text(&dir, &upstream, capacity, drain_rate),
+            &config_text(dir, &upstream, capacity, drain_rate),
             &dir.join("bench.toml"),
         )?;
         let agent = super::agent::start(&config).await?;
         let endpoint = format!("http://{}", agent.addr);
-        let client = |bucket: &str| {
+        Ok(Self {
+            gateway,
+            agent,
+            endpoint,
+        })
+    }
+
+    /// PUTs `objects` copies of `body` at once into a new bucket; the time until the last
+    /// is acknowledged.
+    async fn burst(
+        &self,
+        round: usize,
+        objects: usize,
+        body: &Arc<Vec<Bytes>>,
+    ) -> anyhow::Result<Duration> {
+        let bucket = format!("burst-{round}");
+        create_bucket(&self.endpoint, &bucket).await?;
+        let store = Arc::new(
             AmazonS3Builder::new()
-                .with_endpoint(&endpoint)
+                .with_endpoint(&self.endpoint)
                 .with_allow_http(true)
                 .with_virtual_hosted_style_request(false)
-                .with_bucket_name(bucket)
+                .with_bucket_name(&bucket)
                 .with_region("us-east-1")
                 .with_access_key_id(KEY)
                 .with_secret_access_key(SECRET)
@@ -189,65 +280,32 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                         .with_allow_http(true)
                         .with_timeout(Duration::from_secs(600)),
                 )
-                .build()
-        };
-        let mut directs = Vec::new();
-        let mut agents = Vec::new();
-        for round in 0..args.rounds {
-            let cpu = cpu_seconds();
-            let d = {
-                let dir = dir.join(format!("direct-{round}"));
-                let body = Arc::clone(&body);
-                let n = args.objects;
-                tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??
-            };
-            println!(
-                "round {round}: direct write+fsync {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB)",
-                d.as_secs_f64(),
-                total as f64 / d.as_secs_f64() / 1_048_576.0,
-                cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
-            );
-            directs.push(d);
-            let bucket = format!("burst-{round}");
-            create_bucket(&endpoint, &bucket).await?;
-            let store = Arc::new(client(&bucket)?);
-            let cpu = cpu_seconds();
-            let start = Instant::now();
-            let mut puts = tokio::task::JoinSet::new();
-            for i in 0..args.objects {
-                let store = Arc::clone(&store);
-                let payload: object_store::PutPayload = body.iter().cloned().collect();
-                puts.spawn(async move {
-                    store
-                        .put(&ObjPath::from(format!("step/obj-{i}")), payload)
-                        .await
-                });
-            }
-            while let Some(r) = puts.join_next().await {
-                r??;
-            }
-            let a = start.elapsed();
-            println!(
-                "round {round}: through the agent    {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB incl. client and drain)",
-                a.as_secs_f64(),
-                total as f64 / a.as_secs_f64() / 1_048_576.0,
-                cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
-            );
-            agents.push(a);
-        }
-        let (d, a) = (median(&mut directs), median(&mut agents));
-        println!(
-            "median: direct {:.3} s, agent {:.3} s, ratio agent/direct = {:.3} (target <= 1.15)",
-            d.as_secs_f64(),
-            a.as_secs_f64(),
-            a.as_secs_f64() / d.as_secs_f64()
+                .build()?,
         );
-        agent.shutdown().await;
-        let _ = gateway.stopper().send(true);
-        gateway.wait().await;
-        anyhow::Ok(())
-    })?;
-    Ok(())
+        let start = Instant::now();
+        let mut puts = tokio::task::JoinSet::new();
+        for i in 0..objects {
+            let store = Arc::clone(&store);
+            let payload: object_store::PutPayload = body.iter().cloned().collect();
+            puts.spawn(async move {
+                store
+                    .put(&ObjPath::from(format!("step/obj-{i}")), payload)
+                    .await
+            });
+        }
+        while let Some(r) = puts.join_next().await {
+            r??;
+        }
+        Ok(start.elapsed())
+    }
+
+    /// Stops the agent (and its drain, wherever it is: what is left stays journalled) and
+    /// the gateway.
+    async fn stop(self) {
+        self.agent.shutdown().await;
+        let _ = self.gateway.stopper().send(true);
+        self.gateway.wait().await;
+    }
 }
 
 /// CreateBucket through the agent: `object_store` has no call for it, so a signed raw PUT.
