@@ -54,23 +54,27 @@ fn pattern(len: usize) -> Bytes {
         .into()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rust_client_round_trips_and_isolation() {
+/// A gateway over a fresh data directory (kept alive by the returned `TempDir`) with a
+/// `ckpt` bucket for each of `owners`: `object_store` cannot create buckets, so they are made
+/// in the catalog directly.
+async fn gateway_with_buckets(owners: &[&str]) -> (tempfile::TempDir, Config, Gateway) {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = CONFIG.replace("DATA", &dir.path().join("data").display().to_string());
     let config = Config::parse(&text, &dir.path().join("sluice.toml")).expect("config");
     let gateway = Gateway::open(&config).await.expect("open");
-    // object_store cannot create buckets; the buckets are made in the catalog directly.
-    gateway
-        .front()
-        .catalog()
-        .create_bucket("alice", "ckpt", 0)
-        .expect("bucket");
-    gateway
-        .front()
-        .catalog()
-        .create_bucket("bob", "ckpt", 0)
-        .expect("bucket");
+    for owner in owners {
+        gateway
+            .front()
+            .catalog()
+            .create_bucket(owner, "ckpt", 0)
+            .expect("bucket");
+    }
+    (dir, config, gateway)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rust_client_round_trips_and_isolation() {
+    let (_dir, _config, gateway) = gateway_with_buckets(&["alice", "bob"]).await;
     let running = gateway.start().await.expect("start");
     let endpoint = format!("http://{}", running.addr);
     let alice = client(
@@ -214,15 +218,7 @@ async fn rust_client_round_trips_and_isolation() {
 /// knows only blobs, neither misses them nor deletes a blob for them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_objects_round_trip_and_survive_a_restart() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let text = CONFIG.replace("DATA", &dir.path().join("data").display().to_string());
-    let config = Config::parse(&text, &dir.path().join("sluice.toml")).expect("config");
-    let gateway = Gateway::open(&config).await.expect("open");
-    gateway
-        .front()
-        .catalog()
-        .create_bucket("alice", "ckpt", 0)
-        .expect("bucket");
+    let (_dir, config, gateway) = gateway_with_buckets(&["alice"]).await;
     let running = gateway.start().await.expect("start");
     let alice = client(
         &format!("http://{}", running.addr),

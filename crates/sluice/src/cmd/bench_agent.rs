@@ -182,32 +182,29 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
             // Alternate the order: whichever goes second finds the other's files on disk.
             for agent_first in [round % 2 == 1, round % 2 == 0] {
                 sluice_bench::gateway::drop_page_cache();
-                if agent_first {
-                    let cpu = cpu_seconds();
+                let cpu = cpu_seconds();
+                let (took, label, times) = if agent_first {
                     let a = node.burst(round, args.objects, &body).await?;
-                    println!(
-                        "round {round}: through the agent    {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB incl. client, drain and gateway)",
-                        a.as_secs_f64(),
-                        total as f64 / a.as_secs_f64() / 1_048_576.0,
-                        cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
-                    );
-                    agents.push(a);
+                    (a, "through the agent   ", &mut agents)
                 } else {
-                    let cpu = cpu_seconds();
-                    let d = {
-                        let dir = round_dir.join("direct");
-                        let body = Arc::clone(&body);
-                        let n = args.objects;
-                        tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??
-                    };
-                    println!(
-                        "round {round}: direct write+fsync {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB)",
-                        d.as_secs_f64(),
-                        total as f64 / d.as_secs_f64() / 1_048_576.0,
-                        cpu_since(cpu) / (total as f64 / 1_073_741_824.0)
-                    );
-                    directs.push(d);
-                }
+                    let dir = round_dir.join("direct");
+                    let body = Arc::clone(&body);
+                    let n = args.objects;
+                    let d = tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??;
+                    (d, "direct write+fsync", &mut directs)
+                };
+                println!(
+                    "round {round}: {label} {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB{})",
+                    took.as_secs_f64(),
+                    total as f64 / took.as_secs_f64() / 1_048_576.0,
+                    cpu_since(cpu) / (total as f64 / 1_073_741_824.0),
+                    if agent_first {
+                        " incl. client, drain and gateway"
+                    } else {
+                        ""
+                    }
+                );
+                times.push(took);
             }
             node.stop().await;
             std::fs::remove_dir_all(&round_dir)
