@@ -17,10 +17,7 @@
 static ZEROS: [u8; 64] = [0; 64];
 
 /// One lane's input for [`compress16`]: whole blocks of one body, in order.
-#[derive(Clone, Copy)]
-pub struct Run<'a> {
-    pub data: &'a [[u8; 64]],
-}
+pub type Run<'a> = &'a [[u8; 64]];
 
 /// Whether this CPU runs the 16-lane kernel.
 pub fn available() -> bool {
@@ -40,12 +37,7 @@ pub fn available() -> bool {
 /// # Panics
 /// If the CPU lacks AVX-512F (callers check [`available`]).
 pub fn compress16(states: &mut [[u32; 4]; 16], runs: &[Option<Run<'_>>; 16]) -> usize {
-    let n = runs
-        .iter()
-        .flatten()
-        .map(|r| r.data.len())
-        .min()
-        .unwrap_or(0);
+    let n = runs.iter().flatten().map(|r| r.len()).min().unwrap_or(0);
     if n == 0 {
         return 0;
     }
@@ -85,7 +77,7 @@ mod x86 {
         let mut active: u16 = 0;
         for (k, run) in runs.iter().enumerate() {
             if let Some(run) = run {
-                offsets[k] = (run.data.as_ptr() as i64).wrapping_sub(base as i64);
+                offsets[k] = (run.as_ptr() as i64).wrapping_sub(base as i64);
                 strides[k] = 64;
                 active |= 1 << k;
             }

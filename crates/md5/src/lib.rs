@@ -417,7 +417,7 @@ fn hash_many(md5s: &mut [Md5], chunks: &[Vec<Bytes>], simd: bool) {
             for (k, lane) in lanes.iter().enumerate() {
                 if let Some(i) = *lane {
                     states[k] = md5s[i].state;
-                    input[k] = runs[i].front().map(|data| lanes::Run { data });
+                    input[k] = runs[i].front().copied();
                 }
             }
             let n = lanes::compress16(&mut states, &input);

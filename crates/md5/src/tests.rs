@@ -88,24 +88,17 @@ fn sixteen_lanes_advance_exactly_like_sixteen_scalar_chains() {
             // Some lanes idle; runs of different lengths at different places.
             if rng.below(4) != 0 {
                 let start = rng.below(blocks.len() - 64);
-                runs[k] = Some(lanes::Run {
-                    data: &blocks[start..start + 1 + rng.below(63)],
-                });
+                runs[k] = Some(&blocks[start..start + 1 + rng.below(63)]);
             }
         }
         let before = states;
         let n = lanes::compress16(&mut states, &runs);
-        let shortest = runs
-            .iter()
-            .flatten()
-            .map(|r| r.data.len())
-            .min()
-            .unwrap_or(0);
+        let shortest = runs.iter().flatten().map(|r| r.len()).min().unwrap_or(0);
         assert_eq!(n, shortest, "round {round}");
         for k in 0..16 {
             let mut want = before[k];
             if let Some(run) = runs[k] {
-                md5_asm::compress(&mut want, &run.data[..n]);
+                md5_asm::compress(&mut want, &run[..n]);
             }
             assert_eq!(states[k], want, "round {round}, lane {k}");
         }
