@@ -32,8 +32,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
-use object_store::local::LocalFileSystem;
 use sluice_config::Config;
+use sluice_gateway::local::LocalDisk;
 use sluice_meta::Catalog;
 use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
 use tokio::sync::{Notify, watch};
@@ -118,11 +118,7 @@ impl Agent {
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.local.local_capacity);
         }
-        let local: Arc<dyn ObjectStore> = Arc::new(
-            LocalFileSystem::new_with_prefix(&objects)?
-                .with_fsync(true)
-                .with_automatic_cleanup(true),
-        );
+        let local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
         let blobs = Arc::new(BlobStore::new(
             Arc::new(ChecksumStore::new(local, sums)),
             sluice_s3::blob::DEFAULT_GRAIN,

@@ -4,14 +4,15 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
-use object_store::local::LocalFileSystem;
 use sluice_config::{Backend, Config};
 
 use crate::{GatewayError, gateway_section};
 
 /// Opens the configured backend (behind an emulated device if `[backend.emulate]` is set).
 /// The local filesystem lives in `data_dir/objects` with fsync on, so a blob is durable before
-/// the catalog references it.
+/// the catalog references it; large blobs are written around the page cache ([`LocalDisk`]).
+///
+/// [`LocalDisk`]: crate::local::LocalDisk
 pub fn open_backend(config: &Config) -> Result<Arc<dyn ObjectStore>, GatewayError> {
     let store = open_raw(config)?;
     Ok(match config.emulate {
@@ -41,11 +42,7 @@ fn open_raw(config: &Config) -> Result<Arc<dyn ObjectStore>, GatewayError> {
                 path: dir.clone(),
                 source,
             })?;
-            Ok(Arc::new(
-                LocalFileSystem::new_with_prefix(&dir)?
-                    .with_fsync(true)
-                    .with_automatic_cleanup(true),
-            ))
+            Ok(Arc::new(crate::local::LocalDisk::open(&dir)?))
         }
         Backend::S3(s3) => {
             let mut b = AmazonS3Builder::new()

@@ -1,0 +1,635 @@
+//! The local filesystem backend: `object_store`'s `LocalFileSystem` (fsync on, empty
+//! directories cleaned up), except that multipart uploads, which carry every body longer than
+//! one part, are written around the page cache.
+//!
+//! Why: a body written through the page cache costs a copy of every byte into freshly
+//! allocated cache pages, then their writeback and reclaim. On the node agent that copy was 40%
+//! of a checkpoint burst's CPU, and a burst on two cores is CPU-bound. Here a part is copied a
+//! MiB at a time into a reused, aligned buffer and written with `O_DIRECT`: measured on this
+//! project's CI machine (16 writers of 256 MiB each), 0.2 CPU-s/GiB against 0.7–1.9 through
+//! the page cache, at the same or a higher rate. The bytes written are not left in memory, which
+//! on a GPU node is also what the trainer wants: a checkpoint is read back rarely, and the
+//! drain reads it at a paced rate.
+//!
+//! Files are staged and published exactly as `LocalFileSystem` stages them (`<name>#<n>`, the
+//! file fsynced, renamed into place, its directory fsynced), so listings, reads, start-up
+//! reconciliation and crash recovery see no difference. A part's bytes that do not fill a whole
+//! aligned block are carried into the next part; the last block is padded, written, and the
+//! file truncated to its length before the fsync. Filesystems that refuse `O_DIRECT` (tmpfs,
+//! for one) get the same code with buffered writes: which one is decided once, by a probe, when
+//! the store opens.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::ops::Range;
+use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions, Result, UploadPart,
+};
+
+/// Alignment of every direct write's memory, offset and length: the logical block size of any
+/// disk in use (512 B or 4 KiB).
+const ALIGN: usize = 4096;
+/// Bytes copied and written per system call: large enough that a call's cost is small, small
+/// enough that the buffer stays in the CPU's cache between the copy and the write (4 MiB
+/// writes measured slower than 1 MiB ones).
+const IO: usize = 1024 * 1024;
+/// Buffers kept for reuse; more may exist while many parts are in flight.
+const POOL: usize = 64;
+
+/// The local filesystem under `root`, with multipart uploads written directly to the disk.
+#[derive(Debug)]
+pub struct LocalDisk {
+    inner: LocalFileSystem,
+    direct: bool,
+    buffers: Arc<Buffers>,
+}
+
+impl LocalDisk {
+    /// Opens the filesystem under `root` (which must exist), probing whether it takes direct
+    /// writes.
+    pub fn open(root: &FsPath) -> Result<Self> {
+        let direct = probe_direct(root);
+        tracing::info!(
+            dir = %root.display(),
+            direct,
+            "local disk: large bodies written {}",
+            if direct {
+                "around the page cache (O_DIRECT)"
+            } else {
+                "through the page cache (this filesystem refuses O_DIRECT)"
+            }
+        );
+        Self::new(root, direct)
+    }
+
+    /// The filesystem under `root`, writing multipart uploads directly or not.
+    fn new(root: &FsPath, direct: bool) -> Result<Self> {
+        let inner = LocalFileSystem::new_with_prefix(root)?
+            .with_fsync(true)
+            .with_automatic_cleanup(true);
+        Ok(Self {
+            inner,
+            direct,
+            buffers: Arc::default(),
+        })
+    }
+
+    /// Whether multipart uploads bypass the page cache.
+    pub fn direct(&self) -> bool {
+        self.direct
+    }
+}
+
+impl fmt::Display for LocalDisk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "LocalDisk({})", self.inner)
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn direct_flag() -> Option<i32> {
+    Some(libc::O_DIRECT)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn direct_flag() -> Option<i32> {
+    None
+}
+
+/// Whether a file under `root` can be opened with `O_DIRECT` and written one aligned block.
+///
+/// The probe's name is hidden from listings as a staged upload is (`#` and digits), so a probe
+/// left behind by a crash is never taken for an object; the next probe truncates it.
+fn probe_direct(root: &FsPath) -> bool {
+    let Some(flag) = direct_flag() else {
+        return false;
+    };
+    let path = root.join(".direct-probe#0");
+    let ok = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(flag)
+        .open(&path)
+        .and_then(|f| {
+            let mut buf = Aligned::new();
+            f.write_all_at(&buf.slice()[..ALIGN], 0)
+        })
+        .is_ok();
+    let _ = std::fs::remove_file(&path);
+    ok
+}
+
+/// An `IO`-byte buffer whose start is `ALIGN`-aligned (a slice into a larger allocation).
+struct Aligned {
+    raw: Vec<u8>,
+    start: usize,
+}
+
+impl Aligned {
+    fn new() -> Self {
+        let raw = vec![0u8; IO + ALIGN];
+        let start = (ALIGN - raw.as_ptr().addr() % ALIGN) % ALIGN;
+        Self { raw, start }
+    }
+
+    fn slice(&mut self) -> &mut [u8] {
+        &mut self.raw[self.start..self.start + IO]
+    }
+}
+
+/// Aligned buffers for reuse: fresh pages cost a fault and a clearing each.
+#[derive(Default)]
+struct Buffers(Mutex<Vec<Aligned>>);
+
+impl fmt::Debug for Buffers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Buffers")
+    }
+}
+
+impl Buffers {
+    fn take(&self) -> Aligned {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop()
+            .unwrap_or_else(Aligned::new)
+    }
+
+    fn give(&self, buf: Aligned) {
+        let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if pool.len() < POOL {
+            pool.push(buf);
+        }
+    }
+}
+
+fn io_error(source: io::Error) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "LocalDisk",
+        source: Box::new(source),
+    }
+}
+
+/// Completing or aborting an upload that was already completed or aborted.
+fn finished() -> object_store::Error {
+    io_error(io::Error::other(
+        "the upload was already completed or aborted",
+    ))
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> io::Result<T> + Send + 'static,
+) -> Result<T> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(io_error),
+        Err(e) => Err(io_error(io::Error::other(e))),
+    }
+}
+
+/// Fsyncs the directory `dir`, so that entries just added to or removed from it are durable.
+fn fsync_dir(dir: &FsPath) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Creates `dir` and its missing ancestors, fsyncing every new directory and the first one
+/// that existed (whose entry list changed).
+fn create_dirs(dir: &FsPath) -> io::Result<()> {
+    let mut existing = dir;
+    while !existing.exists() {
+        match existing.parent() {
+            Some(p) => existing = p,
+            None => break,
+        }
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut d = dir;
+    loop {
+        fsync_dir(d)?;
+        if d == existing {
+            return Ok(());
+        }
+        match d.parent() {
+            Some(p) => d = p,
+            None => return Ok(()),
+        }
+    }
+}
+
+/// Opens a new staging file `<dest>#<n>` (the first `n` free), creating its directory.
+fn new_staged(dest: &FsPath, direct: bool) -> io::Result<(File, PathBuf, bool)> {
+    let mut n = 1u32;
+    loop {
+        let mut staging = dest.as_os_str().to_owned();
+        staging.push(format!("#{n}"));
+        let staging = PathBuf::from(staging);
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        if direct && let Some(flag) = direct_flag() {
+            options.custom_flags(flag);
+        }
+        match options.open(&staging) {
+            Ok(f) => return Ok((f, staging, direct)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let dir = dest
+                    .parent()
+                    .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no parent"))?;
+                create_dirs(dir)?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Writes the first `len` bytes of `chunks` (a multiple of `ALIGN`) at `offset` (aligned), a
+/// buffer at a time.
+fn write_aligned(
+    file: &File,
+    buffers: &Buffers,
+    chunks: &[Bytes],
+    len: usize,
+    offset: u64,
+) -> io::Result<()> {
+    let mut buf = buffers.take();
+    let mut filled = 0;
+    let mut written = 0usize;
+    let mut result = Ok(());
+    'chunks: for chunk in chunks {
+        let mut rest = &chunk[..];
+        while !rest.is_empty() && written + filled < len {
+            let n = rest.len().min(IO - filled).min(len - written - filled);
+            buf.slice()[filled..filled + n].copy_from_slice(&rest[..n]);
+            filled += n;
+            rest = &rest[n..];
+            if filled == IO || written + filled == len {
+                if let Err(e) = file.write_all_at(&buf.slice()[..filled], offset + written as u64) {
+                    result = Err(e);
+                    break 'chunks;
+                }
+                written += filled;
+                filled = 0;
+            }
+        }
+    }
+    buffers.give(buf);
+    result
+}
+
+#[async_trait]
+impl ObjectStore for LocalDisk {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
+        if !opts.attributes.is_empty() {
+            // Refused there, with the same error it gives for every store.
+            return self.inner.put_multipart_opts(location, opts).await;
+        }
+        let dest = self.inner.path_to_filesystem(location)?;
+        let direct = self.direct;
+        let (file, staging, direct) = {
+            let dest = dest.clone();
+            blocking(move || new_staged(&dest, direct)).await?
+        };
+        Ok(Box::new(DirectUpload {
+            file: Arc::new(file),
+            staging: Some(staging),
+            dest,
+            direct,
+            buffers: Arc::clone(&self.buffers),
+            offset: 0,
+            carry: Vec::new(),
+            size: 0,
+        }))
+    }
+
+    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    fn list_with_offset(
+        &self,
+        prefix: Option<&Path>,
+        offset: &Path,
+    ) -> BoxStream<'static, Result<ObjectMeta>> {
+        self.inner.list_with_offset(prefix, offset)
+    }
+
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+
+    async fn rename_opts(&self, from: &Path, to: &Path, options: RenameOptions) -> Result<()> {
+        self.inner.rename_opts(from, to, options).await
+    }
+}
+
+/// A multipart upload into a staging file; parts are written as they are handed over (each
+/// at its own offset, so several may be in flight) and the file is published on completion.
+struct DirectUpload {
+    file: Arc<File>,
+    /// The staging file, until it is published or removed.
+    staging: Option<PathBuf>,
+    dest: PathBuf,
+    direct: bool,
+    buffers: Arc<Buffers>,
+    /// Where the next part's aligned bytes go.
+    offset: u64,
+    /// The bytes handed over that do not yet fill an aligned block (fewer than `ALIGN`).
+    carry: Vec<u8>,
+    /// Bytes handed over in all.
+    size: u64,
+}
+
+impl fmt::Debug for DirectUpload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectUpload")
+            .field("dest", &self.dest)
+            .field("direct", &self.direct)
+            .field("size", &self.size)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl MultipartUpload for DirectUpload {
+    fn put_part(&mut self, data: PutPayload) -> UploadPart {
+        let mut chunks: Vec<Bytes> = Vec::with_capacity(data.as_ref().len() + 1);
+        if !self.carry.is_empty() {
+            chunks.push(Bytes::from(std::mem::take(&mut self.carry)));
+        }
+        chunks.extend(data.iter().cloned());
+        let total: usize = chunks.iter().map(Bytes::len).sum();
+        let len = total / ALIGN * ALIGN;
+        // The unaligned tail waits for the next part (or the completion).
+        let mut skip = len;
+        for c in &chunks {
+            if skip >= c.len() {
+                skip -= c.len();
+            } else {
+                self.carry.extend_from_slice(&c[skip..]);
+                skip = 0;
+            }
+        }
+        self.size += data.content_length() as u64;
+        let offset = self.offset;
+        self.offset += len as u64;
+        let file = Arc::clone(&self.file);
+        let buffers = Arc::clone(&self.buffers);
+        Box::pin(blocking(move || {
+            write_aligned(&file, &buffers, &chunks, len, offset)
+        }))
+    }
+
+    async fn complete(&mut self) -> Result<PutResult> {
+        let staging = self.staging.take().ok_or_else(finished)?;
+        let kept = staging.clone();
+        let file = Arc::clone(&self.file);
+        let buffers = Arc::clone(&self.buffers);
+        let tail = std::mem::take(&mut self.carry);
+        let (offset, size, dest) = (self.offset, self.size, self.dest.clone());
+        let published = blocking(move || {
+            if !tail.is_empty() {
+                // The last block, padded to a whole one; the padding is cut off below.
+                let mut buf = buffers.take();
+                let block = &mut buf.slice()[..ALIGN];
+                block[..tail.len()].copy_from_slice(&tail);
+                block[tail.len()..].fill(0);
+                let r = file.write_all_at(block, offset);
+                buffers.give(buf);
+                r?;
+            }
+            file.set_len(size)?;
+            file.sync_all()?;
+            std::fs::rename(&staging, &dest)?;
+            if let Some(dir) = dest.parent() {
+                fsync_dir(dir)?;
+            }
+            Ok(())
+        })
+        .await;
+        if published.is_err() {
+            // Not published: the staging file goes (a failed rename leaves it in place).
+            self.staging = Some(kept);
+        }
+        published.map(|()| PutResult {
+            e_tag: None,
+            version: None,
+            extensions: http::Extensions::default(),
+        })
+    }
+
+    async fn abort(&mut self) -> Result<()> {
+        let staging = self.staging.take().ok_or_else(finished)?;
+        blocking(move || std::fs::remove_file(&staging)).await
+    }
+}
+
+impl Drop for DirectUpload {
+    fn drop(&mut self) {
+        // Neither completed nor aborted (the request went away): the staging file goes.
+        if let Some(staging) = self.staging.take() {
+            match tokio::runtime::Handle::try_current() {
+                Ok(r) => drop(r.spawn_blocking(move || std::fs::remove_file(staging))),
+                Err(_) => drop(std::fs::remove_file(staging)),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::TryStreamExt as _;
+    use object_store::ObjectStoreExt as _;
+
+    use super::*;
+
+    /// Deterministic bytes, different at every offset of a few MiB.
+    fn bytes(len: usize, seed: u8) -> Bytes {
+        (0..len)
+            .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[3] ^ seed)
+            .collect()
+    }
+
+    fn files_under(dir: &FsPath) -> Vec<String> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(files_under(&p));
+            } else {
+                out.push(p.display().to_string());
+            }
+        }
+        out
+    }
+
+    /// Parts of awkward lengths (a block and one byte, three bytes, none, a part in which no
+    /// block ends) written by both modes come back byte for byte, with no padding.
+    #[tokio::test]
+    async fn parts_of_any_length_are_stored_exactly() {
+        let lens = [
+            IO + ALIGN + 1,
+            3,
+            0,
+            ALIGN - 4,
+            2 * IO,
+            IO - 1,
+            5 * ALIGN,
+            777,
+        ];
+        for direct in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let disk = LocalDisk::new(dir.path(), direct).expect("open");
+            let path = Path::from("b/00/blob");
+            let mut upload = disk.put_multipart(&path).await.expect("create");
+            let mut expected = Vec::new();
+            let mut writes = Vec::new();
+            for (i, len) in lens.iter().enumerate() {
+                // Each part in two pieces, as a request body arrives.
+                let part = bytes(*len, i as u8);
+                expected.extend_from_slice(&part);
+                let cut = len / 3;
+                let payload = PutPayload::from_iter([part.slice(..cut), part.slice(cut..)]);
+                writes.push(upload.put_part(payload));
+            }
+            // Parts may finish in any order.
+            for w in writes.into_iter().rev() {
+                w.await.expect("part");
+            }
+            upload.complete().await.expect("complete");
+            let got = disk
+                .get(&path)
+                .await
+                .expect("get")
+                .bytes()
+                .await
+                .expect("read");
+            assert_eq!(got.len(), expected.len(), "direct={direct}");
+            assert!(got == expected, "direct={direct}: content differs");
+            let on_disk = std::fs::metadata(dir.path().join("b/00/blob")).expect("stat");
+            assert_eq!(on_disk.len(), expected.len() as u64);
+            assert_eq!(
+                files_under(dir.path()).len(),
+                1,
+                "only the published file is left"
+            );
+        }
+    }
+
+    /// A whole multiple of the alignment (no padded block) is stored exactly too.
+    #[tokio::test]
+    async fn an_aligned_body_is_stored_exactly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = LocalDisk::new(dir.path(), true).expect("open");
+        let path = Path::from("b/blob");
+        let body = bytes(3 * IO, 7);
+        let mut upload = disk.put_multipart(&path).await.expect("create");
+        upload
+            .put_part(PutPayload::from(body.slice(..IO)))
+            .await
+            .expect("part");
+        upload
+            .put_part(PutPayload::from(body.slice(IO..)))
+            .await
+            .expect("part");
+        upload.complete().await.expect("complete");
+        let got = disk
+            .get(&path)
+            .await
+            .expect("get")
+            .bytes()
+            .await
+            .expect("read");
+        assert!(got == body);
+    }
+
+    /// Until it completes an upload is invisible (its staging file is not listed and no object
+    /// is at its path); aborted or dropped, it leaves nothing behind.
+    #[tokio::test]
+    async fn an_unfinished_upload_is_invisible_and_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let disk = LocalDisk::new(dir.path(), true).expect("open");
+        let path = Path::from("b/00/blob");
+        for abort in [true, false] {
+            let mut upload = disk.put_multipart(&path).await.expect("create");
+            upload
+                .put_part(PutPayload::from(bytes(IO + 10, 1)))
+                .await
+                .expect("part");
+            let listed: Vec<_> = disk.list(None).try_collect().await.expect("list");
+            assert!(listed.is_empty(), "listed {listed:?}");
+            assert!(disk.head(&path).await.is_err());
+            assert_eq!(files_under(dir.path()).len(), 1, "the staging file");
+            if abort {
+                upload.abort().await.expect("abort");
+                assert!(upload.complete().await.is_err(), "complete after abort");
+            } else {
+                drop(upload);
+                // The removal runs on the blocking pool: wait (ten seconds at most) for it.
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while !files_under(dir.path()).is_empty() && std::time::Instant::now() < deadline {
+                    tokio::task::yield_now().await;
+                }
+            }
+            assert!(files_under(dir.path()).is_empty(), "abort={abort}");
+        }
+    }
+
+    #[test]
+    fn the_probe_finds_direct_writes_on_a_disk_filesystem_and_leaves_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let direct = probe_direct(dir.path());
+        // The test directory is on a disk filesystem here (ext4); tmpfs would refuse.
+        let tmpfs = std::fs::read_to_string("/proc/mounts")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains(" /tmp tmpfs "));
+        if cfg!(target_os = "linux") && !tmpfs {
+            assert!(direct);
+        }
+        assert!(files_under(dir.path()).is_empty());
+    }
+}
