@@ -133,7 +133,7 @@ fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
                 })
                 .collect();
             let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
-            hash_many(&mut md5s, &batch, simd);
+            hash_many(&mut md5s, &batch, simd, &[]);
             for (i, (md5, (before, after))) in md5s.iter().zip(&inputs).enumerate() {
                 let whole: Vec<Bytes> = before.iter().chain(after).cloned().collect();
                 assert_eq!(
@@ -189,7 +189,7 @@ async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
 
 #[tokio::test]
 async fn a_lone_stream_is_not_left_waiting_for_company() {
-    // One body in the pool, below BATCH_TRIGGER: finish() must start its batch.
+    // One body in the pool, below BATCH_TRIGGER: its bytes are hashed without company.
     let chunks = body(5, OFFLOAD_MIN as usize + 1000, 4096);
     let want = reference(&chunks);
     assert_eq!(hash(chunks).await, want);
@@ -205,4 +205,106 @@ async fn an_abandoned_stream_does_not_wedge_the_pool() {
     let chunks = body(8, 2 * 1024 * 1024, 1 << 16);
     let want = reference(&chunks);
     assert_eq!(hash(chunks).await, want);
+}
+
+/// Bodies that may wait are left, where the lanes ran dry, for a later batch; hashing what
+/// is left later gives every body its own MD5, and one body far longer than the others is
+/// left most of its bytes instead of having them hashed one block at a time.
+#[test]
+fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
+    if !lanes::available() {
+        return;
+    }
+    for round in 0..20u64 {
+        let mut rng = Rng(round + 1);
+        let bodies = 3 + rng.below(20);
+        let inputs: Vec<(Vec<Bytes>, Vec<Bytes>)> = (0..bodies)
+            .map(|i| {
+                // Body 0 is far longer than the rest.
+                let len = if i == 0 {
+                    1_000_000 + rng.below(100_000)
+                } else {
+                    rng.below(200_000)
+                };
+                let all = body(rng.next(), len, [100_000, 63, 4096, 1][i % 4]);
+                let split = rng.below(all.len().min(3) + 1);
+                (all[..split].to_vec(), all[split..].to_vec())
+            })
+            .collect();
+        let mut md5s: Vec<Md5> = inputs
+            .iter()
+            .map(|(before, _)| {
+                let mut md5 = Md5::new();
+                for c in before {
+                    md5.update(c);
+                }
+                md5
+            })
+            .collect();
+        let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
+        let defer: Vec<bool> = (0..bodies).map(|i| i == 0 || rng.below(2) == 0).collect();
+        let left = hash_many(&mut md5s, &batch, true, &defer);
+        let long: usize = batch[0].iter().map(Bytes::len).sum();
+        let long_left: usize = left[0].iter().map(Bytes::len).sum();
+        assert!(
+            long_left > long / 2,
+            "round {round}: the long body was left {long_left} of {long} bytes"
+        );
+        for (i, (md5, left)) in md5s.iter_mut().zip(&left).enumerate() {
+            if !defer[i] {
+                assert!(left.is_empty(), "round {round}: body {i} may not wait");
+            }
+            if !left.is_empty() {
+                // Handed back from the start of a slice of a chunk: no partial block kept.
+                assert_eq!(
+                    (md5.len % 64, md5.tail_len),
+                    (0, 0),
+                    "round {round}, body {i}"
+                );
+            }
+            for c in left {
+                md5.update(c);
+            }
+        }
+        for (i, (md5, (before, after))) in md5s.iter().zip(&inputs).enumerate() {
+            let whole: Vec<Bytes> = before.iter().chain(after).cloned().collect();
+            assert_eq!(md5.finalize(), reference(&whole), "round {round}, body {i}");
+        }
+    }
+}
+
+/// A batch waits for every body in the pool (up to sixteen) unless one cannot wait.
+#[test]
+fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
+    let body = || {
+        Arc::new(Body {
+            queue: Mutex::new(Queue {
+                md5: Md5::new(),
+                pending: VecDeque::new(),
+                pending_bytes: 0,
+                busy: true,
+                needed: false,
+                abandoned: false,
+            }),
+            progress: Notify::new(),
+        })
+    };
+    let ready = |waiting: usize, active: usize, urgent: bool| Ready {
+        bodies: (0..waiting).map(|_| body()).collect(),
+        urgent,
+        active,
+    };
+    assert!(!ready(0, 0, true).worth_a_batch(), "nothing to hash");
+    assert!(ready(1, 1, false).worth_a_batch(), "a lone body");
+    assert!(
+        !ready(4, 5, false).worth_a_batch(),
+        "one body of five has nothing yet"
+    );
+    assert!(ready(5, 5, false).worth_a_batch());
+    assert!(ready(4, 5, true).worth_a_batch(), "a body cannot wait");
+    assert!(!ready(15, 40, false).worth_a_batch());
+    assert!(
+        ready(16, 40, false).worth_a_batch(),
+        "sixteen fill the lanes"
+    );
 }
