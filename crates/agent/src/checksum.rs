@@ -29,6 +29,54 @@ use object_store::{
 
 const ALGO: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc64Nvme;
 
+/// CRC-64/NVME's generator polynomial, bit-reflected as the CRC is (x^0 is the top bit).
+const POLY: u64 = 0xAD93_D235_94C9_3659_u64.reverse_bits();
+
+/// `a·b mod POLY`, both reflected.
+const fn mul_mod(a: u64, mut b: u64) -> u64 {
+    let mut product = 0;
+    let mut bit = 1u64 << 63;
+    while bit != 0 {
+        if a & bit != 0 {
+            product ^= b;
+        }
+        bit >>= 1;
+        b = if b & 1 == 0 { b >> 1 } else { (b >> 1) ^ POLY };
+    }
+    product
+}
+
+/// `x^(2^k) mod POLY` for every `k`.
+const X_TO_2K: [u64; 64] = {
+    let mut table = [0u64; 64];
+    table[0] = 1 << 62; // x^1
+    let mut k = 1;
+    while k < 64 {
+        table[k] = mul_mod(table[k - 1], table[k - 1]);
+        k += 1;
+    }
+    table
+};
+
+/// `x^(8n) mod POLY`: what a checksum is multiplied by when `n` bytes follow it.
+///
+/// Combining checksums this way costs one product per set bit of `n` (0.7 µs for 4 MiB);
+/// `crc_fast::checksum_combine` measured 220 µs a call on the CI machine, and the journal
+/// combines one per segment of every multipart object it commits, on the request's thread.
+fn x_to_8n(n: u64) -> u64 {
+    let mut power = 1u64 << 63; // x^0
+    let mut n = n;
+    let mut k = 3; // 8n = n·2^3
+    while n != 0 && k < 64 {
+        if n & 1 != 0 {
+            power = mul_mod(X_TO_2K[k], power);
+        }
+        n >>= 1;
+        k += 1;
+    }
+    power
+}
+
 /// A CRC-64/NVME with the length it covers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub struct Crc {
@@ -54,7 +102,7 @@ impl Crc {
             return self;
         }
         Self {
-            crc: crc_fast::checksum_combine(ALGO, self.crc, next.crc, next.len),
+            crc: mul_mod(x_to_8n(next.len), self.crc) ^ next.crc,
             len: self.len + next.len,
         }
     }
@@ -316,5 +364,40 @@ mod tests {
         );
         upload.complete().await.expect("complete");
         assert_eq!(sums.lookup(path.as_ref()), Some(Crc::of(&parts.concat())));
+    }
+
+    /// The fast combination agrees with crc_fast's own (a GF(2) matrix power) at lengths
+    /// from one byte to past 4 GiB, and with checksumming the concatenation.
+    #[test]
+    fn combining_agrees_with_crc_fast_at_any_length() {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for len in [
+            1u64,
+            2,
+            7,
+            8,
+            63,
+            64,
+            4095,
+            4096,
+            1 << 20,
+            (4 << 20) + 3,
+            5 << 30,
+        ] {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let (a, b) = (x, x.rotate_left(17));
+            assert_eq!(
+                mul_mod(x_to_8n(len), a) ^ b,
+                crc_fast::checksum_combine(ALGO, a, b, len),
+                "len {len}"
+            );
+        }
+        let body: Vec<u8> = (0..100_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        for cut in [0, 1, 4096, 65_537, 99_999, 100_000] {
+            let (a, b) = body.split_at(cut);
+            assert_eq!(Crc::of(a).then(Crc::of(b)), Crc::of(&body), "cut {cut}");
+        }
     }
 }
