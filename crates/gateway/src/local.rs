@@ -493,6 +493,11 @@ mod tests {
             .collect()
     }
 
+    async fn read_back(disk: &LocalDisk, path: &Path) -> Bytes {
+        let got = disk.get(path).await.expect("get");
+        got.bytes().await.expect("read")
+    }
+
     fn files_under(dir: &FsPath) -> Vec<String> {
         let mut out = Vec::new();
         for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
@@ -540,13 +545,7 @@ mod tests {
                 w.await.expect("part");
             }
             upload.complete().await.expect("complete");
-            let got = disk
-                .get(&path)
-                .await
-                .expect("get")
-                .bytes()
-                .await
-                .expect("read");
+            let got = read_back(&disk, &path).await;
             assert_eq!(got.len(), expected.len(), "direct={direct}");
             assert!(got == expected, "direct={direct}: content differs");
             let on_disk = std::fs::metadata(dir.path().join("b/00/blob")).expect("stat");
@@ -576,13 +575,7 @@ mod tests {
             .await
             .expect("part");
         upload.complete().await.expect("complete");
-        let got = disk
-            .get(&path)
-            .await
-            .expect("get")
-            .bytes()
-            .await
-            .expect("read");
+        let got = read_back(&disk, &path).await;
         assert!(got == body);
     }
 

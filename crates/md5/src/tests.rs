@@ -105,6 +105,15 @@ fn sixteen_lanes_advance_exactly_like_sixteen_scalar_chains() {
     }
 }
 
+/// The scalar hasher's state after `chunks`.
+fn hashed(chunks: &[Bytes]) -> Md5 {
+    let mut md5 = Md5::new();
+    for c in chunks {
+        md5.update(c);
+    }
+    md5
+}
+
 #[test]
 fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
     for simd in [false, lanes::available()] {
@@ -122,16 +131,7 @@ fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
                     (all[..split].to_vec(), all[split..].to_vec())
                 })
                 .collect();
-            let mut md5s: Vec<Md5> = inputs
-                .iter()
-                .map(|(before, _)| {
-                    let mut md5 = Md5::new();
-                    for c in before {
-                        md5.update(c);
-                    }
-                    md5
-                })
-                .collect();
+            let mut md5s: Vec<Md5> = inputs.iter().map(|(before, _)| hashed(before)).collect();
             let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
             hash_many(&mut md5s, &batch, simd, &[]);
             for (i, (md5, (before, after))) in md5s.iter().zip(&inputs).enumerate() {
@@ -231,16 +231,7 @@ fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
                 (all[..split].to_vec(), all[split..].to_vec())
             })
             .collect();
-        let mut md5s: Vec<Md5> = inputs
-            .iter()
-            .map(|(before, _)| {
-                let mut md5 = Md5::new();
-                for c in before {
-                    md5.update(c);
-                }
-                md5
-            })
-            .collect();
+        let mut md5s: Vec<Md5> = inputs.iter().map(|(before, _)| hashed(before)).collect();
         let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
         let defer: Vec<bool> = (0..bodies).map(|i| i == 0 || rng.below(2) == 0).collect();
         let left = hash_many(&mut md5s, &batch, true, &defer);
