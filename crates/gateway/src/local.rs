@@ -84,11 +84,6 @@ impl LocalDisk {
             buffers: Arc::default(),
         })
     }
-
-    /// Whether multipart uploads bypass the page cache.
-    pub fn direct(&self) -> bool {
-        self.direct
-    }
 }
 
 impl fmt::Display for LocalDisk {
@@ -229,7 +224,7 @@ fn create_dirs(dir: &FsPath) -> io::Result<()> {
 }
 
 /// Opens a new staging file `<dest>#<n>` (the first `n` free), creating its directory.
-fn new_staged(dest: &FsPath, direct: bool) -> io::Result<(File, PathBuf, bool)> {
+fn new_staged(dest: &FsPath, direct: bool) -> io::Result<(File, PathBuf)> {
     let mut n = 1u32;
     loop {
         let mut staging = dest.as_os_str().to_owned();
@@ -241,7 +236,7 @@ fn new_staged(dest: &FsPath, direct: bool) -> io::Result<(File, PathBuf, bool)> 
             options.custom_flags(flag);
         }
         match options.open(&staging) {
-            Ok(f) => return Ok((f, staging, direct)),
+            Ok(f) => return Ok((f, staging)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => n += 1,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let dir = dest
@@ -310,7 +305,7 @@ impl ObjectStore for LocalDisk {
         }
         let dest = self.inner.path_to_filesystem(location)?;
         let direct = self.direct;
-        let (file, staging, direct) = {
+        let (file, staging) = {
             let dest = dest.clone();
             blocking(move || new_staged(&dest, direct)).await?
         };
@@ -318,7 +313,6 @@ impl ObjectStore for LocalDisk {
             file: Arc::new(file),
             staging: Some(staging),
             dest,
-            direct,
             buffers: Arc::clone(&self.buffers),
             offset: 0,
             carry: Vec::new(),
@@ -373,7 +367,6 @@ struct DirectUpload {
     /// The staging file, until it is published or removed.
     staging: Option<PathBuf>,
     dest: PathBuf,
-    direct: bool,
     buffers: Arc<Buffers>,
     /// Where the next part's aligned bytes go.
     offset: u64,
@@ -387,7 +380,6 @@ impl fmt::Debug for DirectUpload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DirectUpload")
             .field("dest", &self.dest)
-            .field("direct", &self.direct)
             .field("size", &self.size)
             .finish_non_exhaustive()
     }
