@@ -125,16 +125,22 @@ impl Target for Fs {
         let path = self.0.join(key);
         let n = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
             use std::io::Read;
-            let mut f = std::fs::File::open(&path)?;
-            let mut buf = vec![0u8; 4 << 20];
-            let mut n = 0;
-            loop {
-                let r = f.read(&mut buf)?;
-                if r == 0 {
-                    return Ok(n);
-                }
-                n += r as u64;
+            // One buffer per reading thread, as a reader that reads many files would keep: a
+            // fresh zeroed 4 MiB per file held the filesystem's 4 KiB GETs to a tenth of their rate.
+            thread_local! {
+                static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 4 << 20]);
             }
+            let mut f = std::fs::File::open(&path)?;
+            BUF.with_borrow_mut(|buf| {
+                let mut n = 0;
+                loop {
+                    let r = f.read(buf)?;
+                    if r == 0 {
+                        return Ok(n);
+                    }
+                    n += r as u64;
+                }
+            })
         })
         .await
         .map_err(|e| BenchError::Setup(e.to_string()))??;
