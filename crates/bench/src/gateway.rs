@@ -125,10 +125,11 @@ impl Target for Fs {
         let path = self.0.join(key);
         let n = tokio::task::spawn_blocking(move || -> std::io::Result<u64> {
             use std::io::Read;
-            // One buffer per reading thread, as a reader that reads many files would keep: a
-            // fresh zeroed 4 MiB per file held the filesystem's 4 KiB GETs to a tenth of their rate.
+            // One buffer per reading thread, as a reader of many files would keep: a fresh
+            // zeroed 4 MiB per file held the filesystem's 4 KiB GETs to a tenth of their rate.
             thread_local! {
-                static BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0u8; 4 << 20]);
+                static BUF: std::cell::RefCell<Vec<u8>> =
+                    std::cell::RefCell::new(vec![0u8; 4 << 20]);
             }
             let mut f = std::fs::File::open(&path)?;
             BUF.with_borrow_mut(|buf| {
