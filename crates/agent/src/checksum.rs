@@ -63,9 +63,8 @@ const X_TO_2K: [u64; 64] = {
 /// Combining checksums this way costs one product per set bit of `n` (0.7 µs for 4 MiB);
 /// `crc_fast::checksum_combine` measured 220 µs a call on the CI machine, and the journal
 /// combines one per segment of every multipart object it commits, on the request's thread.
-fn x_to_8n(n: u64) -> u64 {
+fn x_to_8n(mut n: u64) -> u64 {
     let mut power = 1u64 << 63; // x^0
-    let mut n = n;
     let mut k = 3; // 8n = n·2^3
     while n != 0 && k < 64 {
         if n & 1 != 0 {

@@ -19,12 +19,12 @@
 //! waiting for every body (rather than batching whatever was ready when one body reached
 //! 1 MiB) moved most bytes from batches of 3–15 bodies, which cost up to five times as much
 //! per byte, into batches of sixteen: 1.31–1.46 CPU-s/GiB for the burst, against 1.44–1.66.
-//! The bytes queued are
-//! the very `Bytes` the write path stores (reference counted, never copied), at most
-//! `MAX_PENDING` per body: a writer that gets further ahead waits for the hashers, so memory
-//! stays bounded and a saturated pool slows writers down rather than growing queues. Bodies
-//! no larger than `OFFLOAD_MIN` are hashed inline by the caller: the hop to another thread
-//! would cost more than it saves.
+//!
+//! The bytes queued are the very `Bytes` the write path stores (reference counted, never
+//! copied), at most `MAX_PENDING` per body: a writer that gets further ahead waits for the
+//! hashers, so memory stays bounded and a saturated pool slows writers down rather than
+//! growing queues. Bodies no larger than `OFFLOAD_MIN` are hashed inline by the caller: the
+//! hop to another thread would cost more than it saves.
 
 pub mod lanes;
 
