@@ -1,10 +1,13 @@
 //! Whole-body checksums computed on the way in, by a decorator around the local blob store.
 //!
 //! Every byte the S3 front end writes to the node's disk passes through [`ChecksumStore`],
-//! which computes a CRC-64/NVME of each blob as it is written (part by part, in order) and
-//! remembers it until the catalog commit that makes the blob part of an object takes it
-//! ([`Checksums::lookup`]); the journal then stores the object's whole-body checksum, combined
-//! from its segments. A small object kept inline in the catalog has no blob: the journal
+//! which records a CRC-64/NVME of each blob and remembers it until the catalog commit that
+//! makes the blob part of an object takes it ([`Checksums::lookup`]); the journal then stores
+//! the object's whole-body checksum, combined from its segments. The agent's blob writer
+//! computes the checksum as each body chunk arrives and hands it over in a
+//! [`BlobCrcSlot`](sluice_s3::blob::BlobCrcSlot) (hashing parts when they reach the store
+//! would read every byte from memory again); a write without one is hashed here, part by
+//! part in order, and a slot that disagrees with the bytes' length fails the write. A small object kept inline in the catalog has no blob: the journal
 //! takes the checksum of its bytes from the commit itself. The drain recomputes the
 //! checksum from the bytes it reads back and refuses to upload on a mismatch: a local
 //! corruption is an error, never silent.
@@ -26,6 +29,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
 };
+use sluice_s3::blob::BlobCrcSlot;
 
 const ALGO: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc64Nvme;
 
@@ -189,10 +193,35 @@ struct ChecksumUpload {
     inner: Box<dyn MultipartUpload>,
     path: Path,
     sums: Arc<Checksums>,
+    sum: Sum,
+    len: u64,
+}
+
+/// Where an upload's checksum comes from.
+enum Sum {
+    /// The writer's, computed on arrival; set before `complete`.
+    Given(BlobCrcSlot),
     /// One running digest over the parts in body order: combining per-part checksums would
     /// cost a GF(2) matrix power per part (2% of a burst's CPU).
-    digest: crc_fast::Digest,
-    len: u64,
+    Own(Box<crc_fast::Digest>),
+}
+
+/// The writer's checksum of a blob of `len` bytes, if it gave one (see the module doc).
+fn given(slot: &BlobCrcSlot, path: &Path, len: u64) -> Result<Crc> {
+    match slot.get() {
+        Some(c) if c.len == len => Ok(Crc {
+            crc: c.crc,
+            len: c.len,
+        }),
+        other => Err(object_store::Error::Generic {
+            store: "ChecksumStore",
+            source: format!(
+                "{path}: the writer's checksum covers {:?} bytes, the blob has {len}",
+                other.map(|c| c.len)
+            )
+            .into(),
+        }),
+    }
 }
 
 impl fmt::Debug for ChecksumUpload {
@@ -209,19 +238,24 @@ impl fmt::Debug for ChecksumUpload {
 impl MultipartUpload for ChecksumUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
         // Parts are handed over in body order (they may complete in any order).
-        for chunk in &data {
-            self.digest.update(chunk);
-            self.len += chunk.len() as u64;
+        self.len += data.content_length() as u64;
+        if let Sum::Own(digest) = &mut self.sum {
+            for chunk in &data {
+                digest.update(chunk);
+            }
         }
         self.inner.put_part(data)
     }
 
     async fn complete(&mut self) -> Result<PutResult> {
-        let r = self.inner.complete().await?;
-        let crc = Crc {
-            crc: self.digest.finalize(),
-            len: self.len,
+        let crc = match &self.sum {
+            Sum::Given(slot) => given(slot, &self.path, self.len)?,
+            Sum::Own(digest) => Crc {
+                crc: digest.finalize(),
+                len: self.len,
+            },
         };
+        let r = self.inner.complete().await?;
         self.sums.put(&self.path, crc);
         Ok(r)
     }
@@ -239,7 +273,10 @@ impl ObjectStore for ChecksumStore {
         payload: PutPayload,
         opts: PutOptions,
     ) -> Result<PutResult> {
-        let crc = Crc::of_payload(&payload);
+        let crc = match opts.extensions.get::<BlobCrcSlot>() {
+            Some(slot) => given(slot, location, payload.content_length() as u64)?,
+            None => Crc::of_payload(&payload),
+        };
         let r = self.inner.put_opts(location, payload, opts).await?;
         self.sums.put(location, crc);
         Ok(r)
@@ -250,12 +287,16 @@ impl ObjectStore for ChecksumStore {
         location: &Path,
         opts: PutMultipartOptions,
     ) -> Result<Box<dyn MultipartUpload>> {
+        let sum = match opts.extensions.get::<BlobCrcSlot>() {
+            Some(slot) => Sum::Given(slot.clone()),
+            None => Sum::Own(Box::new(crc_fast::Digest::new(ALGO))),
+        };
         let inner = self.inner.put_multipart_opts(location, opts).await?;
         Ok(Box::new(ChecksumUpload {
             inner,
             path: location.clone(),
             sums: Arc::clone(&self.sums),
-            digest: crc_fast::Digest::new(ALGO),
+            sum,
             len: 0,
         }))
     }
@@ -363,6 +404,82 @@ mod tests {
         );
         upload.complete().await.expect("complete");
         assert_eq!(sums.lookup(path.as_ref()), Some(Crc::of(&parts.concat())));
+    }
+
+    /// A writer's checksum is recorded as given (the store does not hash the bytes again),
+    /// and one that does not cover the blob's bytes fails the write, which leaves nothing.
+    #[tokio::test]
+    async fn a_writers_checksum_is_taken_as_given_and_one_that_does_not_fit_fails() {
+        use object_store::ObjectStoreExt as _;
+        use object_store::memory::InMemory;
+        use sluice_s3::blob::BlobCrc;
+        let sums = Arc::new(Checksums::default());
+        let inner = Arc::new(InMemory::new());
+        let store = ChecksumStore::new(inner.clone(), Arc::clone(&sums));
+        let body = Bytes::from(vec![7u8; 3000]);
+        // Any value the writer gives is what the journal gets: here one that is not the
+        // bytes' own, so a store hashing them anyway would record something else.
+        let stated = BlobCrc { crc: 42, len: 3000 };
+        let multipart = |slot: &BlobCrcSlot| {
+            let mut opts = PutMultipartOptions::default();
+            opts.extensions.insert(slot.clone());
+            opts
+        };
+
+        let slot = BlobCrcSlot::default();
+        let path = Path::from("b/00/given");
+        let mut upload = store
+            .put_multipart_opts(&path, multipart(&slot))
+            .await
+            .expect("start");
+        upload.put_part(body.clone().into()).await.expect("part");
+        slot.set(stated);
+        upload.complete().await.expect("complete");
+        assert_eq!(sums.lookup(path.as_ref()), Some(Crc { crc: 42, len: 3000 }));
+
+        let slot = BlobCrcSlot::default();
+        slot.set(stated);
+        let mut opts = PutOptions::default();
+        opts.extensions.insert(slot);
+        let single = Path::from("b/00/single");
+        store
+            .put_opts(&single, body.slice(..).into(), opts)
+            .await
+            .expect("put");
+        assert_eq!(
+            sums.lookup(single.as_ref()),
+            Some(Crc { crc: 42, len: 3000 })
+        );
+
+        // Unset, or covering another length: refused, and nothing is visible.
+        for set in [None, Some(BlobCrc { crc: 42, len: 2999 })] {
+            let slot = BlobCrcSlot::default();
+            let path = Path::from("b/00/refused");
+            let mut upload = store
+                .put_multipart_opts(&path, multipart(&slot))
+                .await
+                .expect("start");
+            upload.put_part(body.clone().into()).await.expect("part");
+            if let Some(c) = set {
+                slot.set(c);
+            }
+            upload
+                .complete()
+                .await
+                .expect_err("a checksum that does not cover the blob");
+            assert_eq!(sums.lookup(path.as_ref()), None);
+            assert!(inner.head(&path).await.is_err(), "nothing visible");
+        }
+        let slot = BlobCrcSlot::default();
+        slot.set(BlobCrc { crc: 42, len: 1 });
+        let mut opts = PutOptions::default();
+        opts.extensions.insert(slot);
+        let refused = Path::from("b/00/refused-single");
+        store
+            .put_opts(&refused, body.into(), opts)
+            .await
+            .expect_err("a checksum of another length");
+        assert!(inner.head(&refused).await.is_err(), "nothing visible");
     }
 
     /// The fast combination agrees with crc_fast's own (a GF(2) matrix power) at lengths

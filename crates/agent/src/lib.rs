@@ -119,11 +119,14 @@ impl Agent {
             catalog.ledger().set_quota(&t.id, t.local.local_capacity);
         }
         let local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
-        let blobs = Arc::new(BlobStore::new(
-            Arc::new(ChecksumStore::new(local, sums)),
-            sluice_s3::blob::DEFAULT_GRAIN,
-            sluice_s3::blob::DEFAULT_GRAIN,
-        ));
+        let blobs = Arc::new(
+            BlobStore::new(
+                Arc::new(ChecksumStore::new(local, sums)),
+                sluice_s3::blob::DEFAULT_GRAIN,
+                sluice_s3::blob::DEFAULT_GRAIN,
+            )
+            .with_blob_crc(),
+        );
         let mut summary = sluice_gateway::reconcile(&catalog, &blobs, Some(&objects))
             .await
             .map_err(|e| AgentError::Reconcile(e.to_string()))?;

@@ -28,7 +28,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
@@ -36,7 +36,8 @@ use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::prefix::PrefixStore;
 use object_store::{
-    GetOptions, GetResultPayload, MultipartUpload, ObjectStore, ObjectStoreExt, PutPayloadMut,
+    GetOptions, GetResultPayload, MultipartUpload, ObjectStore, ObjectStoreExt,
+    PutMultipartOptions, PutOptions, PutPayloadMut,
 };
 use sluice_md5::Md5Stream;
 use sluice_meta::{Reservation, Segment};
@@ -171,12 +172,44 @@ pub struct BodyLimits {
     pub inline: Option<u64>,
 }
 
+/// A blob's CRC-64/NVME (the checksum S3 itself keeps of whole objects) and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobCrc {
+    pub crc: u64,
+    pub len: u64,
+}
+
+/// Where a [`BlobStore`] made [`with_blob_crc`](BlobStore::with_blob_crc) leaves the
+/// [`BlobCrc`] of a body it writes, for the store underneath: in the `extensions` of the
+/// blob's `put_opts` (already set) or `put_multipart_opts` (set before `complete` is called).
+///
+/// The writer computes it chunk by chunk as the body arrives, while each chunk is still in the
+/// CPU's cache from the socket read; a store hashing the same bytes when they reach it, parts
+/// of several MiB later, reads them from memory again (the node agent measured 9% of a
+/// burst's CPU doing so, against 3.5% on arrival).
+#[derive(Debug, Clone, Default)]
+pub struct BlobCrcSlot(Arc<OnceLock<BlobCrc>>);
+
+impl BlobCrcSlot {
+    /// The blob's checksum, once the writer has read the whole body.
+    pub fn get(&self) -> Option<BlobCrc> {
+        self.0.get().copied()
+    }
+
+    /// Sets the checksum; a slot belongs to one blob and is set once, when its body has
+    /// ended (a second value is ignored).
+    pub fn set(&self, crc: BlobCrc) {
+        let _ = self.0.set(crc);
+    }
+}
+
 /// The backend, seen per tenant.
 pub struct BlobStore {
     root: Arc<dyn ObjectStore>,
     tenants: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
     grain: u64,
     part_size: u64,
+    blob_crc: bool,
 }
 
 /// The backend prefix under which a tenant's blobs live.
@@ -192,7 +225,16 @@ impl BlobStore {
             tenants: RwLock::default(),
             grain: grain.max(64 * 1024),
             part_size: part_size.max(64 * 1024),
+            blob_crc: false,
         }
+    }
+
+    /// Computes every written blob's [`BlobCrc`] on arrival and hands it to the store in a
+    /// [`BlobCrcSlot`].
+    #[must_use]
+    pub fn with_blob_crc(mut self) -> Self {
+        self.blob_crc = true;
+        self
     }
 
     /// Grains a GET has in flight: [`READ_AHEAD_BYTES`] worth, at least two.
@@ -261,6 +303,7 @@ impl BlobStore {
             reservation,
             pacer,
             self.part_size,
+            self.blob_crc,
             &mut upload,
         )
         .await;
@@ -453,6 +496,7 @@ async fn write_inner<S, E>(
     reservation: &mut Reservation,
     pacer: &Pacer,
     part_size: u64,
+    blob_crc: bool,
     upload: &mut Option<Box<dyn MultipartUpload>>,
 ) -> ApiResult<Written>
 where
@@ -461,6 +505,8 @@ where
 {
     let parts_in_flight = window(WRITE_BEHIND_BYTES, part_size);
     let mut md5 = Md5Stream::new();
+    let mut crc = blob_crc.then(|| crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme));
+    let slot = BlobCrcSlot::default();
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     // Parts upload as tasks, so each starts on the backend the moment it is admitted rather
@@ -480,13 +526,20 @@ where
             Some(_) => {}
             None => reservation.grow(len)?,
         }
+        if let Some(crc) = crc.as_mut() {
+            crc.update(&chunk);
+        }
         md5.update(chunk.clone()).await;
         buf.push(chunk);
         if buf.content_length() as u64 >= part_size {
             let part = std::mem::take(&mut buf).freeze();
             pacer.admit(part.content_length() as u64, true).await;
             if upload.is_none() {
-                *upload = Some(store.put_multipart(path).await?);
+                let mut opts = PutMultipartOptions::default();
+                if blob_crc {
+                    opts.extensions.insert(slot.clone());
+                }
+                *upload = Some(store.put_multipart_opts(path, opts).await?);
             }
             if let Some(u) = upload.as_mut() {
                 in_flight.spawn(u.put_part(part));
@@ -503,13 +556,23 @@ where
     }
     let rest = buf.freeze();
     pacer.admit(rest.content_length() as u64, true).await;
+    if let Some(crc) = crc {
+        slot.set(BlobCrc {
+            crc: crc.finalize(),
+            len: size,
+        });
+    }
     let mut inline = None;
     match upload.as_mut() {
         // Nothing has gone to the backend (the body is shorter than a part) and it is small
         // enough to keep: hand it back instead of writing it.
         None if limits.inline.is_some_and(|max| size <= max) => inline = Some(Bytes::from(rest)),
         None => {
-            store.put(path, rest).await?;
+            let mut opts = PutOptions::default();
+            if blob_crc {
+                opts.extensions.insert(slot);
+            }
+            store.put_opts(path, rest, opts).await?;
         }
         Some(u) => {
             if rest.content_length() > 0 {
@@ -565,11 +628,30 @@ mod tests {
 
     use super::*;
 
-    /// An in-memory store whose multipart part uploads say when they first run.
+    /// An in-memory store whose multipart part uploads say when they first run, and which
+    /// keeps the [`BlobCrcSlot`] (if any) each blob's put came with.
     #[derive(Debug)]
     struct Watched {
         inner: InMemory,
         started: mpsc::UnboundedSender<usize>,
+        slots: std::sync::Mutex<Vec<(Path, Option<BlobCrcSlot>)>>,
+    }
+
+    impl Watched {
+        fn new(started: mpsc::UnboundedSender<usize>) -> Self {
+            Self {
+                inner: InMemory::new(),
+                started,
+                slots: std::sync::Mutex::default(),
+            }
+        }
+
+        fn keep_slot(&self, location: &Path, extensions: &object_store::Extensions) {
+            self.slots
+                .lock()
+                .expect("slots")
+                .push((location.clone(), extensions.get::<BlobCrcSlot>().cloned()));
+        }
     }
 
     impl fmt::Display for Watched {
@@ -612,6 +694,7 @@ mod tests {
             payload: PutPayload,
             opts: PutOptions,
         ) -> object_store::Result<PutResult> {
+            self.keep_slot(location, &opts.extensions);
             self.inner.put_opts(location, payload, opts).await
         }
 
@@ -620,6 +703,7 @@ mod tests {
             location: &Path,
             opts: PutMultipartOptions,
         ) -> object_store::Result<Box<dyn MultipartUpload>> {
+            self.keep_slot(location, &opts.extensions);
             let inner = self.inner.put_multipart_opts(location, opts).await?;
             Ok(Box::new(WatchedUpload {
                 inner,
@@ -712,10 +796,7 @@ mod tests {
     async fn an_admitted_part_starts_before_the_next_body_bytes_arrive() {
         const PART: u64 = 64 * 1024;
         let (started_tx, mut started) = mpsc::unbounded_channel();
-        let backend = Arc::new(Watched {
-            inner: InMemory::new(),
-            started: started_tx,
-        });
+        let backend = Arc::new(Watched::new(started_tx));
         let store = Arc::new(BlobStore::new(backend.clone(), PART, PART));
         let (body_tx, body_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
         let body = Box::pin(futures::stream::unfold(body_rx, |mut rx| async move {
@@ -759,5 +840,78 @@ mod tests {
             .await
             .expect("bytes");
         assert_eq!(stored, [first, rest].concat());
+    }
+
+    /// Writes `bytes` as the blob `name` of tenant `t`, in chunks of a size that divides
+    /// neither a part nor the body.
+    async fn write_all(store: &BlobStore, ledger: &Ledger, name: &str, bytes: &[u8]) {
+        let chunks: Vec<Result<Bytes, std::io::Error>> = bytes
+            .chunks(10_007)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let mut reservation = ledger.reserve("t", bytes.len() as u64).expect("reserve");
+        let limits = BodyLimits {
+            declared: Some(bytes.len() as u64),
+            max: 1 << 30,
+            inline: None,
+        };
+        store
+            .write(
+                &Pacer::unthrottled("t"),
+                name,
+                futures::stream::iter(chunks),
+                limits,
+                &mut reservation,
+            )
+            .await
+            .expect("write");
+    }
+
+    /// A blob store asked for checksums hands the store, for every blob, the CRC-64/NVME and
+    /// length of exactly the bytes written, whether the body is one put or many parts and
+    /// however it was chunked on the wire; one not asked hands none.
+    #[tokio::test]
+    async fn blob_checksums_cover_exactly_the_bytes_written_and_only_when_asked() {
+        const PART: u64 = 64 * 1024;
+        let body: Vec<u8> = (0..(3 * PART + 12_345))
+            .map(|i| (i * 7 % 253) as u8)
+            .collect();
+        let (tx, _started) = mpsc::unbounded_channel();
+        let backend = Arc::new(Watched::new(tx));
+        let checked = BlobStore::new(backend.clone(), PART, PART).with_blob_crc();
+        let plain = BlobStore::new(backend.clone(), PART, PART);
+        let ledger = Ledger::default();
+        ledger.set_quota("t", 1 << 30);
+        let small = &body[..5000];
+        write_all(&checked, &ledger, "b/large", &body).await;
+        write_all(&checked, &ledger, "b/small", small).await;
+        write_all(&plain, &ledger, "b/plain", &body).await;
+        let slots = backend.slots.lock().expect("slots").clone();
+        let crc_of = |bytes: &[u8]| BlobCrc {
+            crc: crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, bytes),
+            len: bytes.len() as u64,
+        };
+        let slot_of = |name: &str| {
+            let path = Path::from(format!("tenants/t/{name}"));
+            slots
+                .iter()
+                .find(|(p, _)| *p == path)
+                .unwrap_or_else(|| panic!("no put of {name}"))
+                .1
+                .clone()
+        };
+        let large = slot_of("b/large").expect("a slot for the multipart blob");
+        assert_eq!(large.get(), Some(crc_of(&body)));
+        let small_slot = slot_of("b/small").expect("a slot for the single put");
+        assert_eq!(small_slot.get(), Some(crc_of(small)));
+        assert!(
+            slot_of("b/plain").is_none(),
+            "a store not asked gets no slot"
+        );
+        assert_ne!(
+            crc_of(&body),
+            crc_of(&body[1..]),
+            "the checksum sees every byte"
+        );
     }
 }
