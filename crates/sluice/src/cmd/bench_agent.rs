@@ -5,9 +5,9 @@
 //! written and fsynced directly (threads, 1 MiB writes, `fsync` per file), and N concurrent
 //! PUTs of SIZE to a node agent (one in-process S3 client, unsigned payload) until every one
 //! is acknowledged. The agent's drain runs meanwhile at `--drain-rate` to a gateway, as it
-//! would on a node; both run in this process, fresh for each round (under `--dir`), and are
-//! stopped at the end of the round, so that no earlier round's drain competes with a later
-//! measurement. Before each measurement dirty pages are written back and, as root, the page
+//! would on a node; both run in this process, fresh for each agent measurement (under
+//! `--dir`), and are stopped as soon as the burst is acknowledged, so that no drain competes
+//! with a later measurement (the direct one of the same round included). Before each measurement dirty pages are written back and, as root, the page
 //! cache is dropped: each starts with the disk idle, which is what a direct baseline measured
 //! right after another 4 GiB of writes does not get. Prints each measurement with the CPU time
 //! it cost this process (client, agent, drain and gateway included), the medians and the
@@ -178,26 +178,33 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
         let mut agents = Vec::new();
         for round in 0..args.rounds {
             let round_dir = dir.join(format!("round-{round}"));
-            let node = Node::start(&round_dir, capacity, drain_rate).await?;
             // Alternate the order: whichever goes second finds the other's files on disk.
             for agent_first in [round % 2 == 1, round % 2 == 0] {
+                let node = if agent_first {
+                    Some(Node::start(&round_dir, capacity, drain_rate).await?)
+                } else {
+                    None
+                };
                 sluice_bench::gateway::drop_page_cache();
                 let cpu = cpu_seconds();
-                let (took, label, times) = if agent_first {
+                let (took, cpu, label, times) = if let Some(node) = node {
                     let a = node.burst(round, args.objects, &body).await?;
-                    (a, "through the agent   ", &mut agents)
+                    let cpu = cpu_since(cpu);
+                    // Stopped before anything else is measured: its drain must not compete.
+                    node.stop().await;
+                    (a, cpu, "through the agent   ", &mut agents)
                 } else {
                     let dir = round_dir.join("direct");
                     let body = Arc::clone(&body);
                     let n = args.objects;
                     let d = tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??;
-                    (d, "direct write+fsync", &mut directs)
+                    (d, cpu_since(cpu), "direct write+fsync", &mut directs)
                 };
                 println!(
                     "round {round}: {label} {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB{})",
                     took.as_secs_f64(),
                     total as f64 / took.as_secs_f64() / 1_048_576.0,
-                    cpu_since(cpu) / (total as f64 / 1_073_741_824.0),
+                    cpu / (total as f64 / 1_073_741_824.0),
                     if agent_first {
                         " incl. client, drain and gateway"
                     } else {
@@ -206,7 +213,6 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                 );
                 times.push(took);
             }
-            node.stop().await;
             std::fs::remove_dir_all(&round_dir)
                 .with_context(|| format!("emptying {}", round_dir.display()))?;
         }
