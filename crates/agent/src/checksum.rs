@@ -5,12 +5,12 @@
 //! makes the blob part of an object takes it ([`Checksums::lookup`]); the journal then stores
 //! the object's whole-body checksum, combined from its segments. The agent's blob writer
 //! computes the checksum as each body chunk arrives and hands it over in a
-//! [`BlobCrcSlot`](sluice_s3::blob::BlobCrcSlot) (hashing parts when they reach the store
-//! would read every byte from memory again); a write without one is hashed here, part by
-//! part in order, and a slot that disagrees with the bytes' length fails the write. A small object kept inline in the catalog has no blob: the journal
-//! takes the checksum of its bytes from the commit itself. The drain recomputes the
-//! checksum from the bytes it reads back and refuses to upload on a mismatch: a local
-//! corruption is an error, never silent.
+//! [`BlobCrcSlot`] (hashing parts when they reach the store would read every byte from memory
+//! again); a write without one is hashed here, part by part in order, and a slot that
+//! disagrees with the bytes' length fails the write. A small object kept inline in the
+//! catalog has no blob: the journal takes the checksum of its bytes from the commit itself.
+//! The drain recomputes the checksum from the bytes it reads back and refuses to upload on a
+//! mismatch: a local corruption is an error, never silent.
 //!
 //! CRC-64/NVME is combinable: `crc(a ‖ b)` follows from `crc(a)`, `crc(b)` and `len(b)`, so
 //! a multipart object's checksum is the combination of its parts' and an upload resumed after
@@ -29,7 +29,7 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
 };
-use sluice_s3::blob::BlobCrcSlot;
+use sluice_s3::blob::{BlobCrc, BlobCrcSlot};
 
 const ALGO: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc64Nvme;
 
@@ -133,6 +133,15 @@ impl Crc {
     }
 }
 
+impl From<BlobCrc> for Crc {
+    fn from(c: BlobCrc) -> Self {
+        Self {
+            crc: c.crc,
+            len: c.len,
+        }
+    }
+}
+
 /// Checksums of blobs written but not yet taken by a catalog commit, by backend path.
 #[derive(Debug, Default)]
 pub struct Checksums(Mutex<HashMap<String, Crc>>);
@@ -209,10 +218,7 @@ enum Sum {
 /// The writer's checksum of a blob of `len` bytes, if it gave one (see the module doc).
 fn given(slot: &BlobCrcSlot, path: &Path, len: u64) -> Result<Crc> {
     match slot.get() {
-        Some(c) if c.len == len => Ok(Crc {
-            crc: c.crc,
-            len: c.len,
-        }),
+        Some(c) if c.len == len => Ok(c.into()),
         other => Err(object_store::Error::Generic {
             store: "ChecksumStore",
             source: format!(
@@ -412,7 +418,6 @@ mod tests {
     async fn a_writers_checksum_is_taken_as_given_and_one_that_does_not_fit_fails() {
         use object_store::ObjectStoreExt as _;
         use object_store::memory::InMemory;
-        use sluice_s3::blob::BlobCrc;
         let sums = Arc::new(Checksums::default());
         let inner = Arc::new(InMemory::new());
         let store = ChecksumStore::new(inner.clone(), Arc::clone(&sums));

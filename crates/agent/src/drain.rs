@@ -157,7 +157,7 @@ impl TenantDrain {
         }
     }
 
-    /// Bytes per second drained over the last [`RATE_WINDOW`].
+    /// Bytes per second drained over the last `RATE_WINDOW` (10 s).
     pub fn measured_rate(&self, now: Instant) -> f64 {
         let total: u64 = self
             .window

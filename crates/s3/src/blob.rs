@@ -506,7 +506,7 @@ where
     let parts_in_flight = window(WRITE_BEHIND_BYTES, part_size);
     let mut md5 = Md5Stream::new();
     let mut crc = blob_crc.then(|| crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme));
-    let slot = BlobCrcSlot::default();
+    let slot = blob_crc.then(BlobCrcSlot::default);
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     // Parts upload as tasks, so each starts on the backend the moment it is admitted rather
@@ -536,7 +536,7 @@ where
             pacer.admit(part.content_length() as u64, true).await;
             if upload.is_none() {
                 let mut opts = PutMultipartOptions::default();
-                if blob_crc {
+                if let Some(slot) = &slot {
                     opts.extensions.insert(slot.clone());
                 }
                 *upload = Some(store.put_multipart_opts(path, opts).await?);
@@ -556,7 +556,7 @@ where
     }
     let rest = buf.freeze();
     pacer.admit(rest.content_length() as u64, true).await;
-    if let Some(crc) = crc {
+    if let (Some(crc), Some(slot)) = (crc, &slot) {
         slot.set(BlobCrc {
             crc: crc.finalize(),
             len: size,
@@ -569,7 +569,7 @@ where
         None if limits.inline.is_some_and(|max| size <= max) => inline = Some(Bytes::from(rest)),
         None => {
             let mut opts = PutOptions::default();
-            if blob_crc {
+            if let Some(slot) = slot {
                 opts.extensions.insert(slot);
             }
             store.put_opts(path, rest, opts).await?;
