@@ -331,8 +331,9 @@ impl Live {
 /// Each round writes on every target, then reads on every target, the targets' order rotating
 /// from round to round, so that no target's reads always follow its own writes most closely.
 pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
-    let _ = std::fs::remove_dir_all(&cfg.workdir);
-    std::fs::create_dir_all(&cfg.workdir)?;
+    // Declared before the servers, so dropped after them: an error anywhere still stops them
+    // and then removes their data (a full run writes tens of GiB).
+    let scratch = Scratch::create(&cfg.workdir)?;
     let mut live = Vec::new();
     let fs_dir = cfg.workdir.join("fs");
     std::fs::create_dir_all(&fs_dir)?;
@@ -385,12 +386,29 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
         .map(|((name, target), (w, r))| combine(name, target.rss(), w, r))
         .collect();
     drop(live);
-    let _ = std::fs::remove_dir_all(&cfg.workdir);
+    drop(scratch);
     Ok(Report {
         bytes_moved_per_target: 2 * (cfg.large_objects * cfg.large_size) as u64,
         config: cfg,
         targets,
     })
+}
+
+/// The benchmark's working directory: emptied when created, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn create(dir: &std::path::Path) -> Result<Self, BenchError> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        Ok(Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// One target's rounds as one result: medians, and each round's rates.
