@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::BenchError;
 use crate::client::S3Client;
-use crate::procs::{self, ACCESS_KEY, RssSampler, SECRET_KEY};
+use crate::procs::{self, ACCESS_KEY, RssSampler, SECRET_KEY, Scratch};
 use crate::stats::Latencies;
 
 #[derive(Debug, Clone, Serialize)]
@@ -392,23 +392,6 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
         config: cfg,
         targets,
     })
-}
-
-/// The benchmark's working directory: emptied when created, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn create(dir: &std::path::Path) -> Result<Self, BenchError> {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
-        Ok(Self(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// One target's rounds as one result: medians, and each round's rates.

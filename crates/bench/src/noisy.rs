@@ -374,7 +374,7 @@ pub async fn scenario(
     progress: &(dyn Fn(&str, f64) + Sync),
 ) -> Result<Scenario, BenchError> {
     let dir = cfg.workdir.join(kind.name());
-    let _ = std::fs::remove_dir_all(&dir);
+    let scratch = procs::Scratch::create(&dir)?;
     let metrics_port = procs::free_port()?;
     let (mut extra, tenants) = gateway_toml(cfg, kind);
     extra = format!("metrics_listen = \"127.0.0.1:{metrics_port}\"\n{extra}");
@@ -457,7 +457,7 @@ pub async fn scenario(
     };
     drop(agent);
     drop(gw);
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(scratch);
     let p99 = latencies.quantile(0.99);
     Ok(Scenario {
         name: kind.name().to_owned(),

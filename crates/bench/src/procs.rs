@@ -9,6 +9,25 @@ use std::time::{Duration, Instant};
 
 use crate::BenchError;
 
+/// A benchmark's working directory: emptied when created, removed when dropped. Declared
+/// before the servers that use it, it is dropped after them, so an error anywhere still stops
+/// them and then removes their data.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    pub fn create(dir: &Path) -> Result<Self, BenchError> {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(dir)?;
+        Ok(Self(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
 pub fn free_port() -> Result<u16, BenchError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
