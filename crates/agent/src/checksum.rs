@@ -431,35 +431,16 @@ mod tests {
             opts
         };
 
-        let slot = BlobCrcSlot::default();
-        let path = Path::from("b/00/given");
-        let mut upload = store
-            .put_multipart_opts(&path, multipart(&slot))
-            .await
-            .expect("start");
-        upload.put_part(body.clone().into()).await.expect("part");
-        slot.set(stated);
-        upload.complete().await.expect("complete");
-        assert_eq!(sums.lookup(path.as_ref()), Some(Crc { crc: 42, len: 3000 }));
-
-        let slot = BlobCrcSlot::default();
-        slot.set(stated);
-        let mut opts = PutOptions::default();
-        opts.extensions.insert(slot);
-        let single = Path::from("b/00/single");
-        store
-            .put_opts(&single, body.slice(..).into(), opts)
-            .await
-            .expect("put");
-        assert_eq!(
-            sums.lookup(single.as_ref()),
-            Some(Crc { crc: 42, len: 3000 })
-        );
-
-        // Unset, or covering another length: refused, and nothing is visible.
-        for set in [None, Some(BlobCrc { crc: 42, len: 2999 })] {
+        // Multipart: the slot is set (or not) after the parts, before completing. Unset, or
+        // covering another length: refused, and nothing is visible.
+        let cases = [
+            ("given", Some(stated), true),
+            ("unset", None, false),
+            ("short", Some(BlobCrc { crc: 42, len: 2999 }), false),
+        ];
+        for (name, set, ok) in cases {
             let slot = BlobCrcSlot::default();
-            let path = Path::from("b/00/refused");
+            let path = Path::from(format!("b/00/{name}"));
             let mut upload = store
                 .put_multipart_opts(&path, multipart(&slot))
                 .await
@@ -468,23 +449,36 @@ mod tests {
             if let Some(c) = set {
                 slot.set(c);
             }
-            upload
-                .complete()
-                .await
-                .expect_err("a checksum that does not cover the blob");
-            assert_eq!(sums.lookup(path.as_ref()), None);
-            assert!(inner.head(&path).await.is_err(), "nothing visible");
+            let completed = upload.complete().await;
+            if ok {
+                completed.expect("complete");
+                assert_eq!(sums.lookup(path.as_ref()), Some(Crc { crc: 42, len: 3000 }));
+            } else {
+                completed.expect_err("a checksum that does not cover the blob");
+                assert_eq!(sums.lookup(path.as_ref()), None);
+                assert!(inner.head(&path).await.is_err(), "nothing visible");
+            }
         }
-        let slot = BlobCrcSlot::default();
-        slot.set(BlobCrc { crc: 42, len: 1 });
-        let mut opts = PutOptions::default();
-        opts.extensions.insert(slot);
-        let refused = Path::from("b/00/refused-single");
-        store
-            .put_opts(&refused, body.into(), opts)
-            .await
-            .expect_err("a checksum of another length");
-        assert!(inner.head(&refused).await.is_err(), "nothing visible");
+
+        // A single put: the slot comes set.
+        for (name, set, ok) in [
+            ("single", stated, true),
+            ("single-short", BlobCrc { crc: 42, len: 1 }, false),
+        ] {
+            let slot = BlobCrcSlot::default();
+            slot.set(set);
+            let mut opts = PutOptions::default();
+            opts.extensions.insert(slot);
+            let path = Path::from(format!("b/00/{name}"));
+            let put = store.put_opts(&path, body.slice(..).into(), opts).await;
+            if ok {
+                put.expect("put");
+                assert_eq!(sums.lookup(path.as_ref()), Some(Crc { crc: 42, len: 3000 }));
+            } else {
+                put.expect_err("a checksum of another length");
+                assert!(inner.head(&path).await.is_err(), "nothing visible");
+            }
+        }
     }
 
     /// The fast combination agrees with crc_fast's own (a GF(2) matrix power) at lengths
