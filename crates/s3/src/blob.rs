@@ -505,8 +505,13 @@ where
 {
     let parts_in_flight = window(WRITE_BEHIND_BYTES, part_size);
     let mut md5 = Md5Stream::new();
-    let mut crc = blob_crc.then(|| crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme));
-    let slot = blob_crc.then(BlobCrcSlot::default);
+    // The body's checksum so far, and where it goes once the body has ended.
+    let mut crc = blob_crc.then(|| {
+        (
+            crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme),
+            BlobCrcSlot::default(),
+        )
+    });
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     // Parts upload as tasks, so each starts on the backend the moment it is admitted rather
@@ -526,8 +531,8 @@ where
             Some(_) => {}
             None => reservation.grow(len)?,
         }
-        if let Some(crc) = crc.as_mut() {
-            crc.update(&chunk);
+        if let Some((digest, _)) = crc.as_mut() {
+            digest.update(&chunk);
         }
         md5.update(chunk.clone()).await;
         buf.push(chunk);
@@ -536,7 +541,7 @@ where
             pacer.admit(part.content_length() as u64, true).await;
             if upload.is_none() {
                 let mut opts = PutMultipartOptions::default();
-                if let Some(slot) = &slot {
+                if let Some((_, slot)) = &crc {
                     opts.extensions.insert(slot.clone());
                 }
                 *upload = Some(store.put_multipart_opts(path, opts).await?);
@@ -556,12 +561,13 @@ where
     }
     let rest = buf.freeze();
     pacer.admit(rest.content_length() as u64, true).await;
-    if let (Some(crc), Some(slot)) = (crc, &slot) {
+    let slot = crc.map(|(digest, slot)| {
         slot.set(BlobCrc {
-            crc: crc.finalize(),
+            crc: digest.finalize(),
             len: size,
         });
-    }
+        slot
+    });
     let mut inline = None;
     match upload.as_mut() {
         // Nothing has gone to the backend (the body is shorter than a part) and it is small

@@ -7,9 +7,10 @@
 //! is acknowledged. The agent's drain runs meanwhile at `--drain-rate` to a gateway, as it
 //! would on a node; both run in this process, fresh for each agent measurement (under
 //! `--dir`), and are stopped as soon as the burst is acknowledged, so that no drain competes
-//! with a later measurement (the direct one of the same round included). Before each measurement dirty pages are written back and, as root, the page
-//! cache is dropped: each starts with the disk idle, which is what a direct baseline measured
-//! right after another 4 GiB of writes does not get. Prints each measurement with the CPU time
+//! with a later measurement (the direct one of the same round included). Before each
+//! measurement dirty pages are written back and, as root, the page cache is dropped: each
+//! starts with the disk idle, which is what a direct baseline measured right after another
+//! 4 GiB of writes does not get. Prints each measurement with the CPU time
 //! it cost this process (client, agent, drain and gateway included), the medians and the
 //! ratio agent / direct.
 
