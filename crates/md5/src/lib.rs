@@ -11,14 +11,25 @@
 //! scalar assembly core instead.
 //!
 //! A hasher waits until the lanes can be filled: it starts a batch when sixteen bodies have
-//! bytes waiting, or every body in the pool has, or one of them has [`BATCH_TRIGGER`] waiting,
-//! or a body is needed (its writer called [`Md5Stream::finish`] or is [`MAX_PENDING`] ahead).
-//! Bodies' queues differ in length, so lanes empty one by one; when fewer than
-//! [`MIN_SIMD_BODIES`] are left, what the others have not reached waits for the next batch
-//! unless its writer waits for it. Measured on a 16 × 256 MiB burst through the node agent,
-//! waiting for every body (rather than batching whatever was ready when one body reached
-//! 1 MiB) moved most bytes from batches of 3–15 bodies, which cost up to five times as much
-//! per byte, into batches of sixteen: 1.31–1.46 CPU-s/GiB for the burst, against 1.44–1.66.
+//! bytes waiting, or every body in the pool has, or a body is needed (its writer called
+//! [`Md5Stream::finish`] or is [`MAX_PENDING`] ahead). A 16-lane step costs the same however
+//! many lanes are busy, so a batch hashes a rectangle: it stops as soon as one of its lanes
+//! runs dry, and what the others have not reached waits for the next batch, unless a writer
+//! waits for it. A writer that is [`MAX_PENDING`] ahead is owed only what brings it back to
+//! half that, so the lanes stop soon after it; only a finishing body is hashed to its end,
+//! one at a time once fewer than [`MIN_SIMD_BODIES`] lanes are left. For the same reason,
+//! with the 16-lane kernel only one hasher works per sixteen bodies in the pool: two hashers
+//! would split sixteen bodies into two batches of eight that never meet again.
+//!
+//! Measured on a 16 × 256 MiB burst through the node agent: waiting for every body (rather
+//! than batching whatever was ready when one body reached 1 MiB) moved most bytes from
+//! batches of 3–15 bodies into batches of sixteen: 1.31–1.46 CPU-s/GiB for the burst, against
+//! 1.44–1.66. Rectangles, owed bytes, one hasher per sixteen bodies and a [`MAX_PENDING`] of
+//! 16 MiB rather than 8 (with 8, writers reached it 50–120 times a burst while the pool waited
+//! for a body that had nothing yet, each time a batch whose lanes ran dry one by one) then took the lanes' occupancy from 0.56–0.68 to
+//! 0.86–0.95 and the bytes hashed one at a time from 78–252 MiB to 24–50 MiB per burst: the
+//! hashers' CPU samples fell by a quarter to two fifths, the burst's from 1.14–1.30 to
+//! 1.07–1.16 CPU-s/GiB (three alternating pairs).
 //!
 //! The bytes queued are the very `Bytes` the write path stores (reference counted, never
 //! copied), at most `MAX_PENDING` per body: a writer that gets further ahead waits for the
@@ -37,9 +48,7 @@ use tokio::sync::Notify;
 /// Bytes of a body hashed inline before it moves to the pool.
 pub const OFFLOAD_MIN: u64 = 256 * 1024;
 /// Bytes of one body that may wait for a hasher before its writer waits too.
-pub const MAX_PENDING: usize = 8 * 1024 * 1024;
-/// Bytes waiting in one body that start a batch even if fewer than sixteen bodies wait.
-pub const BATCH_TRIGGER: usize = 4 * 1024 * 1024;
+pub const MAX_PENDING: usize = 16 * 1024 * 1024;
 /// Bodies below which the 16-lane kernel costs more per byte than the scalar core.
 pub const MIN_SIMD_BODIES: usize = 3;
 /// Bodies one hasher takes at a time.
@@ -129,7 +138,8 @@ impl Md5Stream {
         }
     }
 
-    /// Appends `chunk` to the body. Waits only when the pool is [`MAX_PENDING`] behind.
+    /// Appends `chunk` to the body. Waits only when the pool is [`MAX_PENDING`] behind, until
+    /// it is no longer.
     pub async fn update(&mut self, chunk: Bytes) {
         match &mut self.mode {
             Mode::Inline(md5) => match pool() {
@@ -140,7 +150,7 @@ impl Md5Stream {
                             pending: VecDeque::new(),
                             pending_bytes: 0,
                             busy: false,
-                            needed: false,
+                            wait: Wait::Nothing,
                             abandoned: false,
                         }),
                         progress: Notify::new(),
@@ -156,13 +166,16 @@ impl Md5Stream {
                     pool.submit(body, chunk);
                     let over = {
                         let mut q = body.lock();
-                        q.needed = q.pending_bytes > MAX_PENDING;
-                        q.needed
+                        let over = q.pending_bytes > MAX_PENDING;
+                        if over {
+                            q.wait = Wait::Room;
+                        }
+                        over
                     };
                     if over {
                         pool.hurry();
                         body.wait_until(|q| q.pending_bytes <= MAX_PENDING).await;
-                        body.lock().needed = false;
+                        body.lock().wait = Wait::Nothing;
                     }
                 }
             }
@@ -176,7 +189,7 @@ impl Md5Stream {
             Mode::Pooled(body) => {
                 let busy = {
                     let mut q = body.lock();
-                    q.needed = true;
+                    q.wait = Wait::End;
                     q.busy
                 };
                 if busy && let Some(pool) = pool() {
@@ -225,11 +238,34 @@ struct Queue {
     pending_bytes: usize,
     /// In the pool's ready queue or on a hasher: `md5` is not final.
     busy: bool,
-    /// Its writer waits for it (to finish, or to get under [`MAX_PENDING`]): a batch hashes
-    /// all its bytes, one at a time if need be, rather than leave some for a later batch.
-    needed: bool,
+    /// What its writer waits for: a batch may not leave it all its bytes (see
+    /// [`Queue::owed`]).
+    wait: Wait,
     /// Its stream was dropped: nothing of it is worth hashing any more.
     abandoned: bool,
+}
+
+/// What a body's writer waits for, if anything.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    Nothing,
+    /// To be no more than [`MAX_PENDING`] ahead of the hashers.
+    Room,
+    /// Its MD5 ([`Md5Stream::finish`]).
+    End,
+}
+
+impl Queue {
+    /// Bytes a batch that takes this body's queue must hash rather than hand back: all of
+    /// them once it is finishing, down to half of [`MAX_PENDING`] while its writer waits to
+    /// get under it, none otherwise.
+    fn owed(&self) -> usize {
+        match self.wait {
+            Wait::End => usize::MAX,
+            Wait::Room => self.pending_bytes.saturating_sub(MAX_PENDING / 2),
+            Wait::Nothing => 0,
+        }
+    }
 }
 
 impl Body {
@@ -261,12 +297,19 @@ struct Ready {
     urgent: bool,
     /// Bodies in the pool whose streams are alive.
     active: usize,
+    /// Hashers at work on a batch.
+    working: usize,
+    /// Batches are hashed sixteen bodies at a time (the pool's `simd`).
+    lanes: bool,
 }
 
 impl Ready {
-    /// Sixteen bodies wait, or every body in the pool does, or one cannot wait.
+    /// Sixteen bodies wait, or every body in the pool does, or one cannot wait; and, with
+    /// lanes, fewer hashers are at work than there are sixteens of bodies in the pool.
     fn worth_a_batch(&self) -> bool {
-        !self.bodies.is_empty() && (self.urgent || self.bodies.len() >= self.active.clamp(1, 16))
+        !self.bodies.is_empty()
+            && (self.urgent || self.bodies.len() >= self.active.clamp(1, 16))
+            && (!self.lanes || self.working < self.active.div_ceil(16).max(1))
     }
 }
 
@@ -280,6 +323,8 @@ fn pool() -> Option<&'static Arc<Pool>> {
                 bodies: VecDeque::new(),
                 urgent: false,
                 active: 0,
+                working: 0,
+                lanes: lanes::available(),
             }),
             wake: Condvar::new(),
         });
@@ -306,21 +351,15 @@ impl Pool {
         if chunk.is_empty() {
             return;
         }
-        let (schedule, urgent) = {
+        let schedule = {
             let mut q = body.lock();
             q.pending_bytes += chunk.len();
             q.pending.push_back(chunk);
-            (
-                !std::mem::replace(&mut q.busy, true),
-                q.pending_bytes >= BATCH_TRIGGER,
-            )
+            !std::mem::replace(&mut q.busy, true)
         };
-        if schedule || urgent {
+        if schedule {
             let mut ready = self.ready();
-            if schedule {
-                ready.bodies.push_back(Arc::clone(body));
-            }
-            ready.urgent |= urgent;
+            ready.bodies.push_back(Arc::clone(body));
             if ready.worth_a_batch() {
                 self.wake.notify_one();
             }
@@ -347,10 +386,17 @@ impl Pool {
                         .unwrap_or_else(PoisonError::into_inner);
                 }
                 ready.urgent = false;
+                ready.working += 1;
                 let n = ready.bodies.len().min(MAX_BATCH);
                 ready.bodies.drain(..n).collect()
             };
             self.hash_batch(&batch);
+            let mut ready = self.ready();
+            ready.working -= 1;
+            // Another hasher may have waited for this one to finish.
+            if ready.worth_a_batch() {
+                self.wake.notify_one();
+            }
         }
     }
 
@@ -358,16 +404,16 @@ impl Pool {
     fn hash_batch(&self, batch: &[Arc<Body>]) {
         let mut md5s = Vec::with_capacity(batch.len());
         let mut chunks: Vec<Vec<Bytes>> = Vec::with_capacity(batch.len());
-        let mut defer = Vec::with_capacity(batch.len());
+        let mut owed = Vec::with_capacity(batch.len());
         // Only where other bodies keep the lanes busy: a lone body would never have company.
         let company = self.simd && batch.len() >= MIN_SIMD_BODIES;
         for body in batch {
             let mut q = body.lock();
             md5s.push(q.md5);
             chunks.push(q.pending.drain(..).collect());
-            defer.push(company && !q.needed);
+            owed.push(if company { q.owed() } else { usize::MAX });
         }
-        let left = hash_many(&mut md5s, &chunks, self.simd, &defer);
+        let left = hash_many(&mut md5s, &chunks, self.simd, &owed);
         let mut requeue = false;
         for (((body, md5), taken), left) in batch.iter().zip(md5s).zip(&chunks).zip(left) {
             {
@@ -385,9 +431,9 @@ impl Pool {
                 if q.busy {
                     let mut ready = self.ready();
                     ready.bodies.push_back(Arc::clone(body));
-                    // Needed since the batch began (and maybe deferred): the hurry that said
-                    // so may have started another batch meanwhile, without it.
-                    ready.urgent |= q.needed;
+                    // Still owed bytes (needed since the batch began, say): the hurry that
+                    // said so may have found the batch under way, without it.
+                    ready.urgent |= q.owed() > 0;
                     requeue = true;
                 }
             }
@@ -399,18 +445,20 @@ impl Pool {
     }
 }
 
-/// Appends `chunks[i]` to `md5s[i]` for every `i`: whole blocks sixteen bodies at a time
-/// while at least [`MIN_SIMD_BODIES`] have some (`simd`), the rest one body at a time.
+/// Appends `chunks[i]` to `md5s[i]` for every `i`, or at least its first `owed[i]` bytes:
+/// whole blocks sixteen bodies at a time (`simd`), the rest one body at a time.
 ///
-/// Except that a body with `defer[i]` set is not finished one at a time: what the lanes did
-/// not reach is returned (`left[i]`, in order) and `md5s[i]` covers only what they did, for
-/// the body to join a later batch instead of costing five times as much per byte now. A body
-/// that runs longer than the others in a batch would otherwise finish alone.
+/// The lanes stop as soon as fewer are busy than at the start (a lane ran dry), unless a body
+/// in the batch is still owed bytes; they stop anyway below [`MIN_SIMD_BODIES`]. Then each body
+/// is hashed one block run at a time until it has had its `owed[i]` bytes, and what is left
+/// is returned (`left[i]`, in order, from the start of a slice of a chunk) with `md5s[i]`
+/// covering only what came before it, for the body to join a later batch instead of costing
+/// up to sixteen times as much per byte now. `owed[i] == usize::MAX` hashes everything.
 fn hash_many(
     md5s: &mut [Md5],
     chunks: &[Vec<Bytes>],
     simd: bool,
-    defer: &[bool],
+    owed: &[usize],
 ) -> Vec<Vec<Bytes>> {
     let lens_before: Vec<u64> = md5s.iter().map(|m| m.len).collect();
     // Each body's bytes as runs of whole blocks, in order: slices of its chunks, and blocks
@@ -461,18 +509,30 @@ fn hash_many(
         })
         .collect();
 
+    // Bytes of each body hashed so far in this batch (whole blocks, carried ones included).
+    let mut hashed = vec![0usize; md5s.len()];
+    let still_owed =
+        |i: usize, hashed: &[usize]| hashed[i] < owed.get(i).copied().unwrap_or(usize::MAX);
     if simd {
         // Lanes hold bodies; a body that runs out leaves its lane to the next one waiting.
         let mut waiting: VecDeque<usize> =
             (0..runs.len()).filter(|&i| !runs[i].is_empty()).collect();
         let mut lanes: [Option<usize>; 16] = [None; 16];
+        let mut full = None;
         loop {
             for lane in &mut lanes {
                 if lane.is_none() {
                     *lane = waiting.pop_front();
                 }
             }
-            if lanes.iter().flatten().count() < MIN_SIMD_BODIES {
+            let busy = lanes.iter().flatten().count();
+            let full = *full.get_or_insert(busy);
+            let owing = lanes
+                .iter()
+                .flatten()
+                .chain(&waiting)
+                .any(|&i| still_owed(i, &hashed));
+            if busy < MIN_SIMD_BODIES || (busy < full && !owing) {
                 break;
             }
             let mut states = [[0u32; 4]; 16];
@@ -487,6 +547,7 @@ fn hash_many(
             for (k, lane) in lanes.iter_mut().enumerate() {
                 if let Some(i) = *lane {
                     md5s[i].state = states[k];
+                    hashed[i] += n * 64;
                     let body = &mut runs[i];
                     if let Some(front) = body.front_mut() {
                         *front = &front[n..];
@@ -503,28 +564,27 @@ fn hash_many(
     }
     let mut left = vec![Vec::new(); md5s.len()];
     for (i, (md5, runs)) in md5s.iter_mut().zip(&mut runs).enumerate() {
-        if defer.get(i).copied().unwrap_or(false) {
-            // A block completed from a tail is hashed here (it is not a slice of a chunk);
-            // from the first slice of a chunk on, the rest is handed back.
-            while let Some(front) = runs.front() {
-                let piece = &plans[i][plans[i].len() - runs.len()];
-                if let Piece::Chunk(c, r) = piece {
-                    let at = r.end - front.len() * 64;
-                    let mut rest = vec![chunks[i][*c].slice(at..)];
-                    rest.extend(chunks[i][c + 1..].iter().cloned());
-                    let before: usize = chunks[i][..*c].iter().map(Bytes::len).sum();
-                    md5.len = lens_before[i] + (before + at) as u64;
-                    md5.tail_len = 0;
-                    left[i] = rest;
-                    runs.clear();
-                    break;
-                }
-                md5_asm::compress(&mut md5.state, front);
-                runs.pop_front();
+        // A block completed from a tail is hashed here (it is not a slice of a chunk); from
+        // the first slice of a chunk on, once the body has had what it is owed, the rest is
+        // handed back.
+        while let Some(front) = runs.front() {
+            let piece = &plans[i][plans[i].len() - runs.len()];
+            if let Piece::Chunk(c, r) = piece
+                && !still_owed(i, &hashed)
+            {
+                let at = r.end - front.len() * 64;
+                let mut rest = vec![chunks[i][*c].slice(at..)];
+                rest.extend(chunks[i][c + 1..].iter().cloned());
+                let before: usize = chunks[i][..*c].iter().map(Bytes::len).sum();
+                md5.len = lens_before[i] + (before + at) as u64;
+                md5.tail_len = 0;
+                left[i] = rest;
+                runs.clear();
+                break;
             }
-        }
-        for run in runs.iter() {
-            md5_asm::compress(&mut md5.state, run);
+            md5_asm::compress(&mut md5.state, front);
+            hashed[i] += front.len() * 64;
+            runs.pop_front();
         }
     }
     left

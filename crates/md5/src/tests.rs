@@ -156,7 +156,7 @@ async fn hash(chunks: Vec<Bytes>) -> [u8; 16] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
-    // Sizes straddle OFFLOAD_MIN, BATCH_TRIGGER and MAX_PENDING; some are alone in the pool
+    // Sizes straddle OFFLOAD_MIN, MAX_PENDING / 2 and MAX_PENDING; some are alone in the pool
     // for a while, most share it.
     let sizes = [
         0,
@@ -164,7 +164,7 @@ async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
         65,
         OFFLOAD_MIN as usize,
         OFFLOAD_MIN as usize + 1,
-        BATCH_TRIGGER + 63,
+        MAX_PENDING / 2 + 63,
         3 * 1024 * 1024 + 17,
         MAX_PENDING * 2 + 5,
     ];
@@ -189,7 +189,7 @@ async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
 
 #[tokio::test]
 async fn a_lone_stream_is_not_left_waiting_for_company() {
-    // One body in the pool, below BATCH_TRIGGER: its bytes are hashed without company.
+    // One body in the pool, far below MAX_PENDING: its bytes are hashed without company.
     let chunks = body(5, OFFLOAD_MIN as usize + 1000, 4096);
     let want = reference(&chunks);
     assert_eq!(hash(chunks).await, want);
@@ -234,7 +234,11 @@ fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
         let mut md5s: Vec<Md5> = inputs.iter().map(|(before, _)| hashed(before)).collect();
         let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
         let defer: Vec<bool> = (0..bodies).map(|i| i == 0 || rng.below(2) == 0).collect();
-        let left = hash_many(&mut md5s, &batch, true, &defer);
+        let owed: Vec<usize> = defer
+            .iter()
+            .map(|&d| if d { 0 } else { usize::MAX })
+            .collect();
+        let left = hash_many(&mut md5s, &batch, true, &owed);
         let long: usize = batch[0].iter().map(Bytes::len).sum();
         let long_left: usize = left[0].iter().map(Bytes::len).sum();
         assert!(
@@ -264,7 +268,74 @@ fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
     }
 }
 
-/// A batch waits for every body in the pool (up to sixteen) unless one cannot wait.
+/// Bodies that may wait are hashed as a rectangle: the lanes stop when the first runs dry,
+/// and every body keeps the rest; a body owed bytes keeps the lanes going until it has had
+/// them (and not much more), one owed everything is hashed to its end. Every body's MD5 is
+/// exact once what it was left is hashed after.
+#[test]
+fn a_batch_hashes_a_rectangle_and_what_is_owed() {
+    if !lanes::available() {
+        return;
+    }
+    for round in 0..20u64 {
+        let mut rng = Rng(round + 7);
+        let bodies = 16;
+        let lens: Vec<usize> = (0..bodies).map(|_| 64 * (1000 + rng.below(3000))).collect();
+        let shortest = *lens.iter().min().expect("bodies");
+        let owed: Vec<usize> = (0..bodies)
+            .map(|i| match (round, i) {
+                (0..10, _) => 0,
+                (_, 0) => shortest + 64 * 500,
+                (_, 1) => usize::MAX,
+                _ => 0,
+            })
+            .collect();
+        let inputs: Vec<Vec<Bytes>> = lens
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| body(rng.next(), len, [100_000, 4096, 1000][i % 3]))
+            .collect();
+        let mut md5s = vec![Md5::new(); bodies];
+        let left = hash_many(&mut md5s, &inputs, true, &owed);
+        for (i, (md5, left)) in md5s.iter_mut().zip(&left).enumerate() {
+            let hashed = md5.len as usize;
+            let want = owed[i].min(lens[i]);
+            // Past the rectangle: blocks completed from a chunk's tail (always hashed), and
+            // for a body owed bytes, the rest of the run that paid them.
+            let slack = if owed[i] == 0 { 64 * 64 } else { 100_000 };
+            if owed[i] == usize::MAX {
+                assert!(
+                    left.is_empty(),
+                    "round {round}: body {i} was owed everything"
+                );
+            } else if round < 10 || owed[i] > 0 {
+                // The rectangle: the shortest body's length, unless more was owed.
+                let floor = want.max(shortest);
+                assert!(
+                    (floor..=floor + slack).contains(&hashed),
+                    "round {round}: body {i} hashed {hashed}, owed {want}, shortest {shortest}"
+                );
+            } else {
+                // Riding along while others are owed bytes: at least the rectangle.
+                assert!(
+                    hashed >= shortest,
+                    "round {round}: body {i} hashed {hashed}"
+                );
+            }
+            for c in left {
+                md5.update(c);
+            }
+            assert_eq!(
+                md5.finalize(),
+                reference(&inputs[i]),
+                "round {round}, body {i}"
+            );
+        }
+    }
+}
+
+/// A batch waits for every body in the pool (up to sixteen) unless one cannot wait; with
+/// lanes, one hasher works per sixteen bodies.
 #[test]
 fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
     let body = || {
@@ -274,7 +345,7 @@ fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
                 pending: VecDeque::new(),
                 pending_bytes: 0,
                 busy: true,
-                needed: false,
+                wait: Wait::Nothing,
                 abandoned: false,
             }),
             progress: Notify::new(),
@@ -284,6 +355,13 @@ fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
         bodies: (0..waiting).map(|_| body()).collect(),
         urgent,
         active,
+        working: 0,
+        lanes: true,
+    };
+    let working = |waiting: usize, active: usize, working: usize, lanes: bool| Ready {
+        working,
+        lanes,
+        ..ready(waiting, active, true)
     };
     assert!(!ready(0, 0, true).worth_a_batch(), "nothing to hash");
     assert!(ready(1, 1, false).worth_a_batch(), "a lone body");
@@ -298,4 +376,37 @@ fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
         ready(16, 40, false).worth_a_batch(),
         "sixteen fill the lanes"
     );
+    assert!(
+        !working(16, 16, 1, true).worth_a_batch(),
+        "sixteen bodies are one batch at a time"
+    );
+    assert!(working(16, 16, 0, true).worth_a_batch());
+    assert!(
+        working(20, 33, 2, true).worth_a_batch(),
+        "33 bodies make three batches"
+    );
+    assert!(!working(20, 33, 3, true).worth_a_batch());
+    assert!(
+        working(16, 16, 3, false).worth_a_batch(),
+        "one at a time, bodies are hashed by every hasher"
+    );
+}
+
+/// A writer waiting for room is owed what brings it back to half the limit; a finishing one,
+/// everything; one that does not wait, nothing.
+#[test]
+fn a_waiting_writer_is_owed_what_it_waits_for() {
+    let queue = |wait: Wait, pending_bytes: usize| Queue {
+        md5: Md5::new(),
+        pending: VecDeque::new(),
+        pending_bytes,
+        busy: true,
+        wait,
+        abandoned: false,
+    };
+    let over = MAX_PENDING + 5;
+    assert_eq!(queue(Wait::Nothing, over).owed(), 0);
+    assert_eq!(queue(Wait::Room, over).owed(), MAX_PENDING / 2 + 5);
+    assert_eq!(queue(Wait::Room, MAX_PENDING / 4).owed(), 0);
+    assert_eq!(queue(Wait::End, 10).owed(), usize::MAX);
 }
