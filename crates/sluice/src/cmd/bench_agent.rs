@@ -1,18 +1,21 @@
 //! `sluice bench agent`: how long a checkpoint burst takes to be acknowledged through the node
 //! agent, against writing and fsyncing the same bytes straight to the same filesystem.
 //!
-//! Each of `--rounds` rounds measures both, in alternating order: N concurrent files of SIZE
-//! written and fsynced directly (threads, 1 MiB writes, `fsync` per file), and N concurrent
-//! PUTs of SIZE to a node agent (one in-process S3 client, unsigned payload) until every one
-//! is acknowledged. The agent's drain runs meanwhile at `--drain-rate` to a gateway, as it
+//! Each of `--rounds` rounds measures three things, in an order that rotates from round to
+//! round: N concurrent files of SIZE written and fsynced directly (threads, 1 MiB writes,
+//! `fsync` per file: the baseline); the same written around the page cache (`O_DIRECT`, from
+//! an aligned buffer, 1 MiB writes), which is how the agent writes large bodies and so the
+//! device's ceiling for it; and N concurrent PUTs of SIZE to a node agent (one in-process S3
+//! client, unsigned payload) until every one is acknowledged. The agent's drain runs meanwhile at `--drain-rate` to a gateway, as it
 //! would on a node; both run in this process, fresh for each agent measurement (under
 //! `--dir`), and are stopped as soon as the burst is acknowledged, so that no drain competes
 //! with a later measurement (the direct one of the same round included). Before each
 //! measurement dirty pages are written back and, as root, the page cache is dropped: each
 //! starts with the disk idle, which is what a direct baseline measured right after another
 //! 4 GiB of writes does not get. Prints each measurement with the CPU time
-//! it cost this process (client, agent, drain and gateway included), the medians and the
-//! ratio agent / direct.
+//! it cost this process (client, agent, drain and gateway included), the medians, the ratio
+//! agent / direct (the target) and the ratio agent / `O_DIRECT` (how far the agent is from
+//! the device's ceiling for the way it writes).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -70,6 +73,26 @@ fn payload(size: u64) -> Vec<Bytes> {
     out
 }
 
+/// What a round measures.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Direct,
+    AroundCache,
+    Agent,
+}
+
+impl Kind {
+    const ALL: [Self; 3] = [Self::Direct, Self::AroundCache, Self::Agent];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Direct => "direct write+fsync ",
+            Self::AroundCache => "direct, O_DIRECT   ",
+            Self::Agent => "through the agent  ",
+        }
+    }
+}
+
 fn direct(dir: &Path, objects: usize, body: &Arc<Vec<Bytes>>) -> anyhow::Result<Duration> {
     std::fs::create_dir_all(dir)?;
     let start = Instant::now();
@@ -92,6 +115,65 @@ fn direct(dir: &Path, objects: usize, body: &Arc<Vec<Bytes>>) -> anyhow::Result<
     }
     std::fs::File::open(dir)?.sync_all()?;
     Ok(start.elapsed())
+}
+
+/// `objects` files of `size` bytes written around the page cache (`O_DIRECT`, 1 MiB writes
+/// from one aligned buffer holding the payload's repeated block) and fsynced, as the agent
+/// writes large bodies; `None` if `size` is not a whole number of 4 KiB blocks or the
+/// filesystem refuses `O_DIRECT`.
+fn around_cache(
+    dir: &Path,
+    objects: usize,
+    size: u64,
+    block: &Bytes,
+) -> anyhow::Result<Option<Duration>> {
+    use std::os::unix::fs::{FileExt as _, OpenOptionsExt as _};
+    const ALIGN: usize = 4096;
+    if !size.is_multiple_of(ALIGN as u64) || !block.len().is_multiple_of(ALIGN) {
+        return Ok(None);
+    }
+    std::fs::create_dir_all(dir)?;
+    let mut raw = vec![0u8; block.len() + ALIGN];
+    let start = (ALIGN - raw.as_ptr().addr() % ALIGN) % ALIGN;
+    raw[start..start + block.len()].copy_from_slice(block);
+    let buf = Arc::new((raw, start, block.len()));
+    let open = |path: &Path| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+    };
+    match open(&dir.join("probe")) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => return Ok(None),
+        r => drop(r?),
+    }
+    std::fs::remove_file(dir.join("probe"))?;
+    let start = Instant::now();
+    let handles: Vec<_> = (0..objects)
+        .map(|i| {
+            let path = dir.join(format!("obj-{i}"));
+            let buf = Arc::clone(&buf);
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let (raw, at, len) = &*buf;
+                let f = open(&path)?;
+                let mut offset = 0;
+                while offset < size {
+                    let n = (size - offset).min(*len as u64) as usize;
+                    f.write_all_at(&raw[*at..*at + n], offset)?;
+                    offset += n as u64;
+                }
+                f.sync_all()
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join()
+            .map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(Some(start.elapsed()))
 }
 
 /// CPU seconds (user + system) this process has used so far (Linux `/proc/self/stat`, in
@@ -175,55 +257,85 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
         }
     );
     super::runtime()?.block_on(async move {
-        let mut directs = Vec::new();
-        let mut agents = Vec::new();
+        let (mut directs, mut arounds, mut agents) = (Vec::new(), Vec::new(), Vec::new());
         for round in 0..args.rounds {
             let round_dir = dir.join(format!("round-{round}"));
-            // Alternate the order: whichever goes second finds the other's files on disk.
-            for agent_first in [round % 2 == 1, round % 2 == 0] {
-                let node = if agent_first {
+            // Rotate the order: whichever goes later finds the others' files on disk.
+            for k in 0..Kind::ALL.len() {
+                let kind = Kind::ALL[(round + k) % Kind::ALL.len()];
+                let node = if kind == Kind::Agent {
                     Some(Node::start(&round_dir, capacity, drain_rate).await?)
                 } else {
                     None
                 };
                 sluice_bench::gateway::drop_page_cache();
                 let cpu = cpu_seconds();
-                let (took, cpu, label, times) = if let Some(node) = node {
-                    let a = node.burst(round, args.objects, &body).await?;
-                    let cpu = cpu_since(cpu);
-                    // Stopped before anything else is measured: its drain must not compete.
-                    node.stop().await;
-                    (a, cpu, "through the agent   ", &mut agents)
-                } else {
-                    let dir = round_dir.join("direct");
-                    let body = Arc::clone(&body);
-                    let n = args.objects;
-                    let d = tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??;
-                    (d, cpu_since(cpu), "direct write+fsync", &mut directs)
+                let (n, size) = (args.objects, args.size.0);
+                let took = match (kind, node) {
+                    (Kind::Agent, Some(node)) => {
+                        let a = node.burst(round, n, &body).await;
+                        let cpu = cpu_since(cpu);
+                        // Stopped before anything else is measured: its drain must not compete.
+                        node.stop().await;
+                        Some((a?, cpu))
+                    }
+                    (Kind::AroundCache, _) => {
+                        let dir = round_dir.join("around");
+                        let block = body[0].clone();
+                        tokio::task::spawn_blocking(move || around_cache(&dir, n, size, &block))
+                            .await??
+                            .map(|d| (d, cpu_since(cpu)))
+                    }
+                    _ => {
+                        let dir = round_dir.join("direct");
+                        let body = Arc::clone(&body);
+                        let d =
+                            tokio::task::spawn_blocking(move || direct(&dir, n, &body)).await??;
+                        Some((d, cpu_since(cpu)))
+                    }
+                };
+                let Some((took, cpu)) = took else {
+                    println!("round {round}: {} not measured (not 4 KiB-aligned, or the filesystem refuses O_DIRECT)", kind.label());
+                    continue;
                 };
                 println!(
-                    "round {round}: {label} {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB{})",
+                    "round {round}: {} {:>8.3} s  ({:>5.0} MiB/s, {:.2} CPU-s/GiB{})",
+                    kind.label(),
                     took.as_secs_f64(),
                     total as f64 / took.as_secs_f64() / 1_048_576.0,
                     cpu / (total as f64 / 1_073_741_824.0),
-                    if agent_first {
+                    if kind == Kind::Agent {
                         " incl. client, drain and gateway"
                     } else {
                         ""
                     }
                 );
-                times.push(took);
+                match kind {
+                    Kind::Direct => directs.push(took),
+                    Kind::AroundCache => arounds.push(took),
+                    Kind::Agent => agents.push(took),
+                }
             }
             std::fs::remove_dir_all(&round_dir)
                 .with_context(|| format!("emptying {}", round_dir.display()))?;
         }
         let (d, a) = (median(&mut directs), median(&mut agents));
-        println!(
+        print!(
             "median: direct {:.3} s, agent {:.3} s, ratio agent/direct = {:.3} (target <= 1.15)",
             d.as_secs_f64(),
             a.as_secs_f64(),
             a.as_secs_f64() / d.as_secs_f64()
         );
+        if arounds.is_empty() {
+            println!();
+        } else {
+            let o = median(&mut arounds);
+            println!(
+                "; O_DIRECT {:.3} s, ratio agent/O_DIRECT = {:.3}",
+                o.as_secs_f64(),
+                a.as_secs_f64() / o.as_secs_f64()
+            );
+        }
         anyhow::Ok(())
     })?;
     Ok(())
