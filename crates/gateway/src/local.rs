@@ -310,7 +310,7 @@ impl ObjectStore for LocalDisk {
             blocking(move || new_staged(&dest, direct)).await?
         };
         Ok(Box::new(DirectUpload {
-            file: Arc::new(file),
+            file: Arc::new(Mutex::new(file)),
             staging: Some(staging),
             dest,
             buffers: Arc::clone(&self.buffers),
@@ -363,7 +363,10 @@ impl ObjectStore for LocalDisk {
 /// A multipart upload into a staging file; parts are written as they are handed over (each
 /// at its own offset, so several may be in flight) and the file is published on completion.
 struct DirectUpload {
-    file: Arc<File>,
+    /// Held by a part's writer for all its writes: writes that extend a file take ext4's
+    /// inode lock exclusively, and a second part's writer would spin on it instead of
+    /// sleeping.
+    file: Arc<Mutex<File>>,
     /// The staging file, until it is published or removed.
     staging: Option<PathBuf>,
     dest: PathBuf,
@@ -411,6 +414,7 @@ impl MultipartUpload for DirectUpload {
         let file = Arc::clone(&self.file);
         let buffers = Arc::clone(&self.buffers);
         Box::pin(blocking(move || {
+            let file = file.lock().unwrap_or_else(PoisonError::into_inner);
             write_aligned(&file, &buffers, &chunks, len, offset)
         }))
     }
@@ -423,6 +427,7 @@ impl MultipartUpload for DirectUpload {
         let tail = std::mem::take(&mut self.carry);
         let (offset, size, dest) = (self.offset, self.size, self.dest.clone());
         let published = blocking(move || {
+            let file = file.lock().unwrap_or_else(PoisonError::into_inner);
             if !tail.is_empty() {
                 // The last block, padded to a whole one; the padding is cut off below.
                 let mut buf = buffers.take();
