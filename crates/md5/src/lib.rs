@@ -400,7 +400,8 @@ impl Pool {
         }
     }
 
-    /// Advances every body of `batch` by all the bytes it had queued.
+    /// Advances every body of `batch` through the bytes it had queued, as far as
+    /// [`hash_many`] takes it; the rest goes back to its queue.
     fn hash_batch(&self, batch: &[Arc<Body>]) {
         let mut md5s = Vec::with_capacity(batch.len());
         let mut chunks: Vec<Vec<Bytes>> = Vec::with_capacity(batch.len());
