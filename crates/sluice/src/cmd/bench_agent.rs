@@ -93,20 +93,20 @@ impl Kind {
     }
 }
 
-fn direct(dir: &Path, objects: usize, body: &Arc<Vec<Bytes>>) -> anyhow::Result<Duration> {
+/// Writes `objects` files `dir/obj-<i>` at once, one thread each (`write` writes and fsyncs
+/// one), then fsyncs `dir`; the time it all took.
+fn write_files<W>(dir: &Path, objects: usize, write: W) -> anyhow::Result<Duration>
+where
+    W: Fn(&Path) -> std::io::Result<()> + Send + Sync + 'static,
+{
     std::fs::create_dir_all(dir)?;
+    let write = Arc::new(write);
     let start = Instant::now();
     let handles: Vec<_> = (0..objects)
         .map(|i| {
             let path = dir.join(format!("obj-{i}"));
-            let body = Arc::clone(body);
-            std::thread::spawn(move || -> std::io::Result<()> {
-                let mut f = std::fs::File::create(&path)?;
-                for c in body.iter() {
-                    f.write_all(c)?;
-                }
-                f.sync_all()
-            })
+            let write = Arc::clone(&write);
+            std::thread::spawn(move || write(&path))
         })
         .collect();
     for h in handles {
@@ -115,6 +115,17 @@ fn direct(dir: &Path, objects: usize, body: &Arc<Vec<Bytes>>) -> anyhow::Result<
     }
     std::fs::File::open(dir)?.sync_all()?;
     Ok(start.elapsed())
+}
+
+fn direct(dir: &Path, objects: usize, body: &Arc<Vec<Bytes>>) -> anyhow::Result<Duration> {
+    let body = Arc::clone(body);
+    write_files(dir, objects, move |path| {
+        let mut f = std::fs::File::create(path)?;
+        for c in body.iter() {
+            f.write_all(c)?;
+        }
+        f.sync_all()
+    })
 }
 
 /// `objects` files of `size` bytes written around the page cache (`O_DIRECT`, 1 MiB writes
@@ -150,30 +161,18 @@ fn around_cache(
         r => drop(r?),
     }
     std::fs::remove_file(dir.join("probe"))?;
-    let start = Instant::now();
-    let handles: Vec<_> = (0..objects)
-        .map(|i| {
-            let path = dir.join(format!("obj-{i}"));
-            let buf = Arc::clone(&buf);
-            std::thread::spawn(move || -> std::io::Result<()> {
-                let (raw, at, len) = &*buf;
-                let f = open(&path)?;
-                let mut offset = 0;
-                while offset < size {
-                    let n = (size - offset).min(*len as u64) as usize;
-                    f.write_all_at(&raw[*at..*at + n], offset)?;
-                    offset += n as u64;
-                }
-                f.sync_all()
-            })
-        })
-        .collect();
-    for h in handles {
-        h.join()
-            .map_err(|_| anyhow::anyhow!("writer thread panicked"))??;
-    }
-    std::fs::File::open(dir)?.sync_all()?;
-    Ok(Some(start.elapsed()))
+    let took = write_files(dir, objects, move |path| {
+        let (raw, at, len) = &*buf;
+        let f = open(path)?;
+        let mut offset = 0;
+        while offset < size {
+            let n = (size - offset).min(*len as u64) as usize;
+            f.write_all_at(&raw[*at..*at + n], offset)?;
+            offset += n as u64;
+        }
+        f.sync_all()
+    })?;
+    Ok(Some(took))
 }
 
 /// CPU seconds (user + system) this process has used so far (Linux `/proc/self/stat`, in
