@@ -19,17 +19,18 @@
 //! half that, so the lanes stop soon after it; only a finishing body is hashed to its end,
 //! one at a time once fewer than [`MIN_SIMD_BODIES`] lanes are left. For the same reason,
 //! with the 16-lane kernel only one hasher works per sixteen bodies in the pool: two hashers
-//! would split sixteen bodies into two batches of eight that never meet again.
+//! would split sixteen bodies into two batches of eight that never meet again. (Fewer than
+//! [`MIN_SIMD_BODIES`] bodies are hashed one at a time, by as many hashers as there are.)
 //!
 //! Measured on a 16 × 256 MiB burst through the node agent: waiting for every body (rather
 //! than batching whatever was ready when one body reached 1 MiB) moved most bytes from
 //! batches of 3–15 bodies into batches of sixteen: 1.31–1.46 CPU-s/GiB for the burst, against
 //! 1.44–1.66. Rectangles, owed bytes, one hasher per sixteen bodies and a [`MAX_PENDING`] of
 //! 16 MiB rather than 8 (with 8, writers reached it 50–120 times a burst while the pool waited
-//! for a body that had nothing yet, each time a batch whose lanes ran dry one by one) then took the lanes' occupancy from 0.56–0.68 to
-//! 0.86–0.95 and the bytes hashed one at a time from 78–252 MiB to 24–50 MiB per burst: the
-//! hashers' CPU samples fell by a quarter to two fifths, the burst's from 1.14–1.30 to
-//! 1.07–1.16 CPU-s/GiB (three alternating pairs).
+//! for a body that had nothing yet, each time a batch whose lanes ran dry one by one) then
+//! took the lanes' occupancy from 0.56–0.68 to 0.86–0.95 and the bytes hashed one at a time
+//! from 78–252 MiB to 24–50 MiB per burst: the hashers' CPU samples fell by a quarter to two
+//! fifths, the burst's from 1.14–1.30 to 1.07–1.16 CPU-s/GiB (three alternating pairs).
 //!
 //! The bytes queued are the very `Bytes` the write path stores (reference counted, never
 //! copied), at most `MAX_PENDING` per body: a writer that gets further ahead waits for the
@@ -304,12 +305,14 @@ struct Ready {
 }
 
 impl Ready {
-    /// Sixteen bodies wait, or every body in the pool does, or one cannot wait; and, with
-    /// lanes, fewer hashers are at work than there are sixteens of bodies in the pool.
+    /// Sixteen bodies wait, or every body in the pool does, or one cannot wait; and, where
+    /// batches use the lanes, fewer hashers are at work than there are sixteens of bodies in
+    /// the pool.
     fn worth_a_batch(&self) -> bool {
+        let lanes = self.lanes && self.active >= MIN_SIMD_BODIES;
         !self.bodies.is_empty()
             && (self.urgent || self.bodies.len() >= self.active.clamp(1, 16))
-            && (!self.lanes || self.working < self.active.div_ceil(16).max(1))
+            && (!lanes || self.working < self.active.div_ceil(16))
     }
 }
 

@@ -390,6 +390,10 @@ fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
         working(16, 16, 3, false).worth_a_batch(),
         "one at a time, bodies are hashed by every hasher"
     );
+    assert!(
+        working(1, 2, 1, true).worth_a_batch(),
+        "too few bodies for the lanes: one at a time, by every hasher"
+    );
 }
 
 /// A writer waiting for room is owed what brings it back to half the limit; a finishing one,
