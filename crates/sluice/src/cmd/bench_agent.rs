@@ -6,10 +6,10 @@
 //! `fsync` per file: the baseline); the same written around the page cache (`O_DIRECT`, from
 //! an aligned buffer, 1 MiB writes), which is how the agent writes large bodies and so the
 //! device's ceiling for it; and N concurrent PUTs of SIZE to a node agent (one in-process S3
-//! client, unsigned payload) until every one is acknowledged. The agent's drain runs meanwhile at `--drain-rate` to a gateway, as it
-//! would on a node; both run in this process, fresh for each agent measurement (under
-//! `--dir`), and are stopped as soon as the burst is acknowledged, so that no drain competes
-//! with a later measurement (the direct one of the same round included). Before each
+//! client, unsigned payload) until every one is acknowledged. The agent's drain runs meanwhile
+//! at `--drain-rate` to a gateway, as it would on a node; both run in this process, fresh for
+//! each agent measurement (under `--dir`), and are stopped as soon as the burst is
+//! acknowledged, so that no drain competes with a later measurement. Before each
 //! measurement dirty pages are written back and, as root, the page cache is dropped: each
 //! starts with the disk idle, which is what a direct baseline measured right after another
 //! 4 GiB of writes does not get. Prints each measurement with the CPU time
@@ -294,7 +294,11 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                     }
                 };
                 let Some((took, cpu)) = took else {
-                    println!("round {round}: {} not measured (not 4 KiB-aligned, or the filesystem refuses O_DIRECT)", kind.label());
+                    println!(
+                        "round {round}: {} not measured (size not 4 KiB-aligned, or the \
+                         filesystem refuses O_DIRECT)",
+                        kind.label()
+                    );
                     continue;
                 };
                 println!(
