@@ -361,7 +361,8 @@ impl ObjectStore for LocalDisk {
 }
 
 /// A multipart upload into a staging file; parts are written as they are handed over (each
-/// at its own offset, so several may be in flight) and the file is published on completion.
+/// at its own offset, so several may be in flight, though their writes take turns on the
+/// file) and the file is published on completion.
 struct DirectUpload {
     /// Held by a part's writer for all its writes: writes that extend a file take ext4's
     /// inode lock exclusively, and a second part's writer would spin on it instead of

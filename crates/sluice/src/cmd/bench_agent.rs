@@ -270,22 +270,22 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                 sluice_bench::gateway::drop_page_cache();
                 let cpu = cpu_seconds();
                 let (n, size) = (args.objects, args.size.0);
-                let took = match (kind, node) {
-                    (Kind::Agent, Some(node)) => {
+                let took = match node {
+                    Some(node) => {
                         let a = node.burst(round, n, &body).await;
                         let cpu = cpu_since(cpu);
                         // Stopped before anything else is measured: its drain must not compete.
                         node.stop().await;
                         Some((a?, cpu))
                     }
-                    (Kind::AroundCache, _) => {
+                    None if kind == Kind::AroundCache => {
                         let dir = round_dir.join("around");
                         let block = body[0].clone();
                         tokio::task::spawn_blocking(move || around_cache(&dir, n, size, &block))
                             .await??
                             .map(|d| (d, cpu_since(cpu)))
                     }
-                    _ => {
+                    None => {
                         let dir = round_dir.join("direct");
                         let body = Arc::clone(&body);
                         let d =
