@@ -10,10 +10,17 @@
 //! A shared virtual disk drifts by tens of percent within minutes, and reads right after a
 //! target's own writes can still be served by the host's cache under the virtual disk. So
 //! the measurement runs in `rounds` rounds; each round writes (or overwrites) the objects on
-//! every target, then reads them back on every target, the targets' order rotating from round
-//! to round; every figure is the median of a target's rounds: ratios compare work done side
-//! by side, not minutes apart. A server's memory is sampled from its start to the end.
+//! every target, the targets' order rotating from round to round, then reads them back; every
+//! figure is the median of a target's rounds: ratios compare work done side by side, not
+//! minutes apart. The large reads of a round are interleaved finely: the page cache is
+//! dropped once, then every target reads a slice of the objects in turn, slice after slice.
+//! Whole phases of one target after another put the gateway anywhere from 61% to 138% of the
+//! filesystem on this machine, because the cost of the guest's memory changes within a
+//! phase (the first gigabytes of page cache after a drop come cheap, then every new page
+//! costs the host a fault): whichever target read during the cheap part looked fast. A
+//! server's memory is sampled from its start to the end.
 
+use std::ops::Range;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -31,6 +38,9 @@ pub struct Config {
     pub large_objects: usize,
     pub large_size: usize,
     pub large_concurrency: usize,
+    /// Large objects read on one target before the next target reads as many (see
+    /// `read_large_interleaved`).
+    pub large_slice: usize,
     pub small_objects: usize,
     pub small_size: usize,
     pub small_concurrency: usize,
@@ -50,6 +60,7 @@ impl Config {
             large_objects: 80,
             large_size: 64 << 20,
             large_concurrency: 4,
+            large_slice: 8,
             small_objects: 4000,
             small_size: 4096,
             small_concurrency: 16,
@@ -63,6 +74,7 @@ impl Config {
     #[must_use]
     pub fn quick(mut self) -> Self {
         self.large_objects = 8;
+        self.large_slice = 4;
         self.small_objects = 400;
         self.rounds = 1;
         self
@@ -90,6 +102,8 @@ pub struct TargetResult {
     pub cold_reads: bool,
     /// `[put_mib_s, get_mib_s, small_put_ops_s, small_get_ops_s]` of each round.
     pub rounds: Vec<[f64; 4]>,
+    /// Seconds each slice of the large reads took, per round (see `read_large_interleaved`).
+    pub large_get_slices_s: Vec<Vec<f64>>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -200,10 +214,16 @@ where
     Ok((started.elapsed(), lat))
 }
 
-/// Reads every large object back (checking its length); returns MiB/s.
-async fn read_large<T: Target>(name: &str, target: &T, cfg: &Config) -> Result<f64, BenchError> {
-    let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
-    let (get_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| async move {
+/// Reads the large objects `objects` back (checking their lengths); returns the time it took.
+async fn read_large<T: Target>(
+    name: &str,
+    target: &T,
+    cfg: &Config,
+    objects: Range<usize>,
+) -> Result<Duration, BenchError> {
+    let first = objects.start;
+    let (get_time, _) = run_ops(objects.len(), cfg.large_concurrency, |i| async move {
+        let i = first + i;
         let n = target.get(format!("large-{i}")).await?;
         if n != cfg.large_size as u64 {
             return Err(BenchError::Setup(format!(
@@ -213,7 +233,7 @@ async fn read_large<T: Target>(name: &str, target: &T, cfg: &Config) -> Result<f
         Ok(())
     })
     .await?;
-    Ok(mib / get_time.as_secs_f64())
+    Ok(get_time)
 }
 
 /// What a round's write phase measured.
@@ -223,12 +243,20 @@ struct Writes {
     small_put: Latencies,
 }
 
+/// What a round's large reads measured on one target.
+struct LargeReads {
+    get_mib_s: f64,
+    /// Seconds each slice took.
+    slices_s: Vec<f64>,
+    /// The page cache was dropped first.
+    cold: bool,
+}
+
 /// What a round's read phase measured.
 struct Reads {
-    get_mib_s: f64,
+    large: LargeReads,
     small_get_ops_s: f64,
     small_get: Latencies,
-    cold: bool,
 }
 
 /// Writes (or overwrites) every large object, then every small one.
@@ -251,22 +279,51 @@ async fn write_phase<T: Target>(target: &T, cfg: &Config) -> Result<Writes, Benc
     })
 }
 
-/// Reads every large object, then every small one, each from a dropped page cache.
-async fn read_phase<T: Target>(name: &str, target: &T, cfg: &Config) -> Result<Reads, BenchError> {
-    let cold = drop_page_cache();
-    let get_mib_s = read_large(name, target, cfg).await?;
+/// Reads every small object, from a dropped page cache; returns ops/s and latencies.
+async fn read_small<T: Target>(target: &T, cfg: &Config) -> Result<(f64, Latencies), BenchError> {
     drop_page_cache();
     let (sget_time, small_get) =
         run_ops(cfg.small_objects, cfg.small_concurrency, |i| async move {
             target.get(format!("small-{i}")).await.map(|_| ())
         })
         .await?;
-    Ok(Reads {
-        get_mib_s,
-        small_get_ops_s: cfg.small_objects as f64 / sget_time.as_secs_f64(),
+    Ok((
+        cfg.small_objects as f64 / sget_time.as_secs_f64(),
         small_get,
-        cold,
-    })
+    ))
+}
+
+/// Every target's large reads of a round, interleaved: the page cache is dropped once, then
+/// the objects are read in slices of [`Config::large_slice`], each slice on every target in
+/// turn (the order rotating from slice to slice), so that a drift of the disk or of the
+/// machine's memory weighs on every target alike. Returns each target's reads, in `live`'s
+/// order.
+async fn read_large_interleaved(
+    live: &[(&str, Live)],
+    order: &[usize],
+    cfg: &Config,
+) -> Result<Vec<LargeReads>, BenchError> {
+    let cold = drop_page_cache();
+    let mut slices = vec![Vec::new(); live.len()];
+    let step = cfg.large_slice.max(1);
+    for (s, first) in (0..cfg.large_objects).step_by(step).enumerate() {
+        let objects = first..(first + step).min(cfg.large_objects);
+        for k in 0..order.len() {
+            let i = order[(k + s) % order.len()];
+            let (name, target) = &live[i];
+            let took = target.read_large(name, cfg, objects.clone()).await?;
+            slices[i].push(took.as_secs_f64());
+        }
+    }
+    let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
+    Ok(slices
+        .into_iter()
+        .map(|s| LargeReads {
+            get_mib_s: mib / s.iter().sum::<f64>(),
+            slices_s: s,
+            cold,
+        })
+        .collect())
 }
 
 /// Writes back dirty pages and empties the page cache, so that every target's reads come
@@ -310,10 +367,22 @@ impl Live {
         }
     }
 
-    async fn read(&self, name: &str, cfg: &Config) -> Result<Reads, BenchError> {
+    async fn read_large(
+        &self,
+        name: &str,
+        cfg: &Config,
+        objects: Range<usize>,
+    ) -> Result<Duration, BenchError> {
         match self {
-            Self::Fs(fs) => read_phase(name, fs, cfg).await,
-            Self::S3 { client, .. } => read_phase(name, client, cfg).await,
+            Self::Fs(fs) => read_large(name, fs, cfg, objects).await,
+            Self::S3 { client, .. } => read_large(name, client, cfg, objects).await,
+        }
+    }
+
+    async fn read_small(&self, cfg: &Config) -> Result<(f64, Latencies), BenchError> {
+        match self {
+            Self::Fs(fs) => read_small(fs, cfg).await,
+            Self::S3 { client, .. } => read_small(client, cfg).await,
         }
     }
 
@@ -371,13 +440,34 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
             ));
             writes[i].push(live[i].1.write(&cfg).await?);
         }
+        progress(&format!(
+            "round {} of {rounds}: large reads, every target in slices of {}",
+            round + 1,
+            cfg.large_slice
+        ));
+        let mut large: Vec<Option<LargeReads>> = read_large_interleaved(&live, &order, &cfg)
+            .await?
+            .into_iter()
+            .map(Some)
+            .collect();
         for &i in &order {
             progress(&format!(
-                "round {} of {rounds}: reads, {}",
+                "round {} of {rounds}: small reads, {}",
                 round + 1,
                 live[i].0
             ));
-            reads[i].push(live[i].1.read(live[i].0, &cfg).await?);
+            let (small_get_ops_s, small_get) = live[i].1.read_small(&cfg).await?;
+            let Some(large) = large[i].take() else {
+                return Err(BenchError::Setup(format!(
+                    "no large reads of {}",
+                    live[i].0
+                )));
+            };
+            reads[i].push(Reads {
+                large,
+                small_get_ops_s,
+                small_get,
+            });
         }
     }
     let targets = live
@@ -406,7 +496,7 @@ fn combine(
     TargetResult {
         name: name.to_owned(),
         put_mib_s: w(|x| x.put_mib_s),
-        get_mib_s: r(|x| x.get_mib_s),
+        get_mib_s: r(|x| x.large.get_mib_s),
         small_put_ops_s: w(|x| x.small_put_ops_s),
         small_get_ops_s: r(|x| x.small_get_ops_s),
         small_put_p50_s: w(|x| x.small_put.quantile(0.5)),
@@ -416,14 +506,15 @@ fn combine(
         rss_start_bytes: rss_start,
         rss_peak_bytes: rss_peak,
         rss_end_bytes: rss_end,
-        cold_reads: reads.iter().all(|x| x.cold),
+        cold_reads: reads.iter().all(|x| x.large.cold),
+        large_get_slices_s: reads.iter().map(|x| x.large.slices_s.clone()).collect(),
         rounds: writes
             .iter()
             .zip(reads)
             .map(|(w, r)| {
                 [
                     w.put_mib_s,
-                    r.get_mib_s,
+                    r.large.get_mib_s,
                     w.small_put_ops_s,
                     r.small_get_ops_s,
                 ]
