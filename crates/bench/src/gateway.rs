@@ -252,9 +252,8 @@ struct LargeReads {
     cold: bool,
 }
 
-/// What a round's read phase measured.
+/// What a round's small reads measured on one target.
 struct Reads {
-    large: LargeReads,
     small_get_ops_s: f64,
     small_get: Latencies,
 }
@@ -279,18 +278,18 @@ async fn write_phase<T: Target>(target: &T, cfg: &Config) -> Result<Writes, Benc
     })
 }
 
-/// Reads every small object, from a dropped page cache; returns ops/s and latencies.
-async fn read_small<T: Target>(target: &T, cfg: &Config) -> Result<(f64, Latencies), BenchError> {
+/// Reads every small object, from a dropped page cache.
+async fn read_small<T: Target>(target: &T, cfg: &Config) -> Result<Reads, BenchError> {
     drop_page_cache();
     let (sget_time, small_get) =
         run_ops(cfg.small_objects, cfg.small_concurrency, |i| async move {
             target.get(format!("small-{i}")).await.map(|_| ())
         })
         .await?;
-    Ok((
-        cfg.small_objects as f64 / sget_time.as_secs_f64(),
+    Ok(Reads {
+        small_get_ops_s: cfg.small_objects as f64 / sget_time.as_secs_f64(),
         small_get,
-    ))
+    })
 }
 
 /// Every target's large reads of a round, interleaved: the page cache is dropped once, then
@@ -379,7 +378,7 @@ impl Live {
         }
     }
 
-    async fn read_small(&self, cfg: &Config) -> Result<(f64, Latencies), BenchError> {
+    async fn read_small(&self, cfg: &Config) -> Result<Reads, BenchError> {
         match self {
             Self::Fs(fs) => read_small(fs, cfg).await,
             Self::S3 { client, .. } => read_small(client, cfg).await,
@@ -429,6 +428,7 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
     let n = live.len();
     let rounds = cfg.rounds.max(1);
     let mut writes: Vec<Vec<Writes>> = (0..n).map(|_| Vec::new()).collect();
+    let mut large_reads: Vec<Vec<LargeReads>> = (0..n).map(|_| Vec::new()).collect();
     let mut reads: Vec<Vec<Reads>> = (0..n).map(|_| Vec::new()).collect();
     for round in 0..rounds {
         let order: Vec<usize> = (0..n).map(|k| (k + round) % n).collect();
@@ -445,35 +445,26 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
             round + 1,
             cfg.large_slice
         ));
-        let mut large: Vec<Option<LargeReads>> = read_large_interleaved(&live, &order, &cfg)
+        for (i, large) in read_large_interleaved(&live, &order, &cfg)
             .await?
             .into_iter()
-            .map(Some)
-            .collect();
+            .enumerate()
+        {
+            large_reads[i].push(large);
+        }
         for &i in &order {
             progress(&format!(
                 "round {} of {rounds}: small reads, {}",
                 round + 1,
                 live[i].0
             ));
-            let (small_get_ops_s, small_get) = live[i].1.read_small(&cfg).await?;
-            let Some(large) = large[i].take() else {
-                return Err(BenchError::Setup(format!(
-                    "no large reads of {}",
-                    live[i].0
-                )));
-            };
-            reads[i].push(Reads {
-                large,
-                small_get_ops_s,
-                small_get,
-            });
+            reads[i].push(live[i].1.read_small(&cfg).await?);
         }
     }
     let targets = live
         .iter()
-        .zip(writes.iter().zip(&reads))
-        .map(|((name, target), (w, r))| combine(name, target.rss(), w, r))
+        .zip(writes.iter().zip(&large_reads).zip(&reads))
+        .map(|((name, target), ((w, l), r))| combine(name, target.rss(), w, l, r))
         .collect();
     drop(live);
     drop(scratch);
@@ -489,14 +480,16 @@ fn combine(
     name: &str,
     (rss_start, rss_peak, rss_end): (Option<u64>, Option<u64>, Option<u64>),
     writes: &[Writes],
+    large: &[LargeReads],
     reads: &[Reads],
 ) -> TargetResult {
     let w = |f: fn(&Writes) -> f64| median(&writes.iter().map(f).collect::<Vec<_>>());
+    let l = |f: fn(&LargeReads) -> f64| median(&large.iter().map(f).collect::<Vec<_>>());
     let r = |f: fn(&Reads) -> f64| median(&reads.iter().map(f).collect::<Vec<_>>());
     TargetResult {
         name: name.to_owned(),
         put_mib_s: w(|x| x.put_mib_s),
-        get_mib_s: r(|x| x.large.get_mib_s),
+        get_mib_s: l(|x| x.get_mib_s),
         small_put_ops_s: w(|x| x.small_put_ops_s),
         small_get_ops_s: r(|x| x.small_get_ops_s),
         small_put_p50_s: w(|x| x.small_put.quantile(0.5)),
@@ -506,15 +499,15 @@ fn combine(
         rss_start_bytes: rss_start,
         rss_peak_bytes: rss_peak,
         rss_end_bytes: rss_end,
-        cold_reads: reads.iter().all(|x| x.large.cold),
-        large_get_slices_s: reads.iter().map(|x| x.large.slices_s.clone()).collect(),
+        cold_reads: large.iter().all(|x| x.cold),
+        large_get_slices_s: large.iter().map(|x| x.slices_s.clone()).collect(),
         rounds: writes
             .iter()
-            .zip(reads)
-            .map(|(w, r)| {
+            .zip(large.iter().zip(reads))
+            .map(|(w, (l, r))| {
                 [
                     w.put_mib_s,
-                    r.large.get_mib_s,
+                    l.get_mib_s,
                     w.small_put_ops_s,
                     r.small_get_ops_s,
                 ]
