@@ -56,3 +56,34 @@ def test_gateway_quick_interleaves_the_large_reads(tmp_path):
         assert t["rounds"][0][1] == t["get_mib_s"]
     assert "sluice gateway" in run.stdout
     assert not work.exists() or not any(work.iterdir()), "the benchmark's data was left behind"
+
+
+def test_agent_bench_reports_every_round_and_both_ratios(tmp_path):
+    """`bench agent`: every kind measured once per round, the medians and the fastest rounds
+    taken from those measurements, the ratios of the agent to both baselines, nothing left."""
+    out = tmp_path / "agent.json"
+    work = tmp_path / "work"
+    run = subprocess.run(
+        [sluice_bin(), "bench", "agent", "--objects", "2", "--size", "8MiB", "--rounds", "3",
+         "--dir", str(work), "--json", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert (report["objects"], report["size_bytes"]) == (2, 8 << 20)
+    series = {kind: report[kind] for kind in ("direct", "o_direct", "agent")
+              if report[kind] is not None}
+    assert {"direct", "agent"} <= set(series)
+    for kind, s in series.items():
+        times = [r["seconds"] for r in s["rounds"]]
+        assert [r["round"] for r in s["rounds"]] == [0, 1, 2], (kind, s)
+        assert all(t > 0 for t in times), (kind, times)
+        assert s["median_s"] == sorted(times)[1] and s["fastest_s"] == min(times), (kind, s)
+    direct, agent = series["direct"], series["agent"]
+    assert report["ratio_median"] == agent["median_s"] / direct["median_s"]
+    assert report["ratio_fastest"] == agent["fastest_s"] / direct["fastest_s"]
+    if "o_direct" in series:
+        assert report["ratio_fastest_o_direct"] == \
+            agent["fastest_s"] / series["o_direct"]["fastest_s"]
+    assert "median: " in run.stdout and "fastest:" in run.stdout
+    assert not any(work.iterdir()), "the benchmark's rounds were left behind"
