@@ -66,6 +66,31 @@ def test_put_get_head_round_trip_with_metadata(alice, bucket):
     assert head["Metadata"] == {"rank": "3", "step": "1"}
 
 
+def test_user_metadata_over_2_kib_is_refused_before_anything_is_stored(alice, bucket):
+    """S3's limit on user metadata: the bytes of every key and value, at most 2 KiB. Over it,
+    PutObject, CreateMultipartUpload and a replacing CopyObject are refused, nothing stored."""
+    fits, over = {"k": "x" * 2047}, {"k": "x" * 2048}
+    alice.put_object(Bucket=bucket, Key="meta", Body=b"first", Metadata=fits)
+    assert alice.head_object(Bucket=bucket, Key="meta")["Metadata"] == fits
+
+    def refused(call):
+        with pytest.raises(ClientError) as e:
+            call()
+        assert (code(e), status(e)) == ("MetadataTooLarge", 400)
+
+    refused(lambda: alice.put_object(Bucket=bucket, Key="meta", Body=b"second", Metadata=over))
+    assert alice.get_object(Bucket=bucket, Key="meta")["Body"].read() == b"first"
+    refused(lambda: alice.put_object(Bucket=bucket, Key="meta-new", Body=b"x" * MiB, Metadata=over))
+    refused(lambda: alice.create_multipart_upload(Bucket=bucket, Key="meta-mpu", Metadata=over))
+    assert alice.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    refused(lambda: alice.copy_object(Bucket=bucket, Key="meta-copy", CopySource=f"{bucket}/meta",
+                                      MetadataDirective="REPLACE", Metadata=over))
+    assert [o["Key"] for o in alice.list_objects_v2(Bucket=bucket)["Contents"]] == ["meta"]
+    # A copy that keeps its source's metadata keeps all of it.
+    alice.copy_object(Bucket=bucket, Key="meta-copy", CopySource=f"{bucket}/meta")
+    assert alice.head_object(Bucket=bucket, Key="meta-copy")["Metadata"] == fits
+
+
 def test_empty_object(alice, bucket):
     alice.put_object(Bucket=bucket, Key="empty", Body=b"")
     assert alice.get_object(Bucket=bucket, Key="empty")["Body"].read() == b""

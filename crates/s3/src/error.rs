@@ -37,6 +37,11 @@ pub enum ApiError {
     ChecksumMismatch(&'static str),
     #[error("{0}")]
     MalformedXml(String),
+    #[error(
+        "user metadata is {0} bytes; at most {max} are allowed",
+        max = crate::front::METADATA_MAX
+    )]
+    MetadataTooLarge(usize),
     #[error("the requested range is not satisfiable")]
     InvalidRange,
     #[error("{0}")]
@@ -115,6 +120,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
         ApiError::BadDigest | ApiError::ChecksumMismatch(_) => with(C::BadDigest, msg),
         ApiError::InvalidDigest => with(C::InvalidDigest, msg),
         ApiError::MalformedXml(_) => with(C::MalformedXML, msg),
+        ApiError::MetadataTooLarge(_) => with(C::MetadataTooLarge, msg),
         ApiError::InvalidArgument(_) => with(C::InvalidArgument, msg),
         ApiError::InvalidRequest(_) => with(C::InvalidRequest, msg),
         ApiError::NotImplemented(_) => with(C::NotImplemented, msg),

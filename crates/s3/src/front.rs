@@ -18,6 +18,7 @@ mod multipart;
 mod objects;
 
 pub use buckets::owner;
+pub use objects::METADATA_MAX;
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

@@ -54,7 +54,7 @@ impl Front {
             input.content_encoding,
             input.content_language,
             input.metadata,
-        );
+        )?;
         let id: u128 = rand::random();
         let upload_id = format!("{id:032x}");
         let rec = UploadRecord {

@@ -16,6 +16,10 @@ use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
 
+/// The most user-defined metadata an object may carry: the UTF-8 bytes of every key and value
+/// (`x-amz-meta-` excluded), S3's limit. Every byte is returned in each GET and HEAD.
+pub const METADATA_MAX: usize = 2048;
+
 /// Representation headers stored with an object, by lower-case name.
 #[derive(Default)]
 pub(super) struct Representation {
@@ -25,6 +29,8 @@ pub(super) struct Representation {
 }
 
 impl Representation {
+    /// Refuses user metadata over [`METADATA_MAX`] (`MetadataTooLarge`); called before any
+    /// byte of the body is taken.
     pub(super) fn new(
         content_type: Option<String>,
         cache_control: Option<String>,
@@ -32,7 +38,12 @@ impl Representation {
         content_encoding: Option<String>,
         content_language: Option<String>,
         metadata: Option<dto::Metadata>,
-    ) -> Self {
+    ) -> ApiResult<Self> {
+        let metadata: BTreeMap<String, String> = metadata.unwrap_or_default().into_iter().collect();
+        let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > METADATA_MAX {
+            return Err(ApiError::MetadataTooLarge(size));
+        }
         let mut headers = BTreeMap::new();
         // "aws-chunked" describes the request's transfer framing, not the object.
         let content_encoding = content_encoding.and_then(|v| {
@@ -53,11 +64,11 @@ impl Representation {
                 headers.insert(k.to_owned(), v);
             }
         }
-        Self {
+        Ok(Self {
             content_type,
             headers,
-            metadata: metadata.unwrap_or_default().into_iter().collect(),
-        }
+            metadata,
+        })
     }
 }
 
@@ -269,6 +280,14 @@ impl Front {
         if input.if_none_match.is_some() || input.if_match.is_some() {
             return Err(ApiError::NotImplemented("conditional PutObject"));
         }
+        let repr = Representation::new(
+            input.content_type,
+            input.cache_control,
+            input.content_disposition,
+            input.content_encoding,
+            input.content_language,
+            input.metadata,
+        )?;
         self.require_bucket(tenant, &input.bucket).await?;
         let received = self
             .receive(
@@ -281,14 +300,6 @@ impl Front {
                 Some(INLINE_MAX),
             )
             .await?;
-        let repr = Representation::new(
-            input.content_type,
-            input.cache_control,
-            input.content_disposition,
-            input.content_encoding,
-            input.content_language,
-            input.metadata,
-        );
         let (rec, inline) = new_object(received.stored, &received.written, repr);
         let rec = self
             .commit_object(
@@ -592,15 +603,6 @@ impl Front {
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata".into(),
             ));
         }
-        // A copy keeps its source's kind of storage: an inline object's copy stays inline.
-        let (stored, written, reservation) = if let Some(body) = &src.inline {
-            self.copy_inline(tenant, body).await?
-        } else {
-            let (blob, written, reservation) = self
-                .copy_bytes(tenant, &input.bucket, &src, 0..src.rec.size)
-                .await?;
-            (Stored::Blob(blob), written, reservation)
-        };
         let repr = if replace {
             Representation::new(
                 input.content_type,
@@ -609,13 +611,22 @@ impl Front {
                 input.content_encoding,
                 input.content_language,
                 input.metadata,
-            )
+            )?
         } else {
             Representation {
                 content_type: src.rec.content_type.clone(),
                 headers: src.rec.headers.clone(),
                 metadata: src.rec.metadata.clone(),
             }
+        };
+        // A copy keeps its source's kind of storage: an inline object's copy stays inline.
+        let (stored, written, reservation) = if let Some(body) = &src.inline {
+            self.copy_inline(tenant, body).await?
+        } else {
+            let (blob, written, reservation) = self
+                .copy_bytes(tenant, &input.bucket, &src, 0..src.rec.size)
+                .await?;
+            (Stored::Blob(blob), written, reservation)
         };
         let (rec, inline) = new_object(stored, &written, repr);
         let rec = self
