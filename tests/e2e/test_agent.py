@@ -408,3 +408,25 @@ def test_status_on_its_own_listener_and_through_the_cli(tmp_path, tier):
             assert json.loads(r.read())["upstream"] == tier.endpoint
     finally:
         agent.stop()
+
+
+def test_stored_headers_fit_the_node_then_the_shared_tier(tmp_path, tier):
+    """The node takes half the gateway's header section, so what it stored still fits when
+    the drain sends it upstream under its own signature; over that, a clear S3 error."""
+    agent = start_agent(tmp_path, tier)
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="typed")
+        with pytest.raises(ClientError) as e:
+            node.put_object(Bucket="typed", Key="big", Body=b"x", ContentType="a/" + "b" * 10000)
+        assert e.value.response["Error"]["Code"] == "RequestHeaderSectionTooLarge"
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        content_type, metadata = "a/" + "b" * 5000, {"k": "v" * 2047}
+        node.put_object(Bucket="typed", Key="fits", Body=b"y" * 100, ContentType=content_type,
+                        Metadata=metadata)
+        agent.wait_drained("alice", timeout=30)
+        head = tier.client("alice").head_object(Bucket="typed", Key="fits")
+        assert (head["ContentType"], head["Metadata"]) == (content_type, metadata)
+        assert listing(node, "typed") == {"fits": 100}
+    finally:
+        agent.stop()

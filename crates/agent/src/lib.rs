@@ -213,7 +213,10 @@ impl Agent {
         let routes = StatusRoutes {
             drain: Arc::clone(&self.drain),
         };
-        let service = sluice_s3::service_with(self.node, &self.tenants);
+        // Half the gateway's header limit: what a trainer stored here goes upstream with the
+        // drain's own signature and headers, and must fit the gateway's limit whatever they add.
+        let service = sluice_s3::service_with(self.node, &self.tenants)
+            .with_header_limit(sluice_s3::HEADER_SECTION_MAX / 2);
         let mut tasks = vec![tokio::spawn(server::serve(
             listener,
             Some(service),

@@ -23,7 +23,7 @@ pub mod name;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants};
 pub use blob::BlobStore;
-pub use connection::HttpService;
+pub use connection::{HEADER_SECTION_MAX, HttpService};
 pub use front::{Front, FrontConfig};
 
 use std::sync::Arc;
