@@ -11,7 +11,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness import Tenant, free_port, s3_client, sluice_bin, wait_for_port
+import requests
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials
+
+from harness import REGION, Tenant, free_port, s3_client, sluice_bin, wait_for_port
 
 
 @dataclass
@@ -113,16 +118,33 @@ class Agent:
             check=True, capture_output=True, text=True,
         ).stdout
 
-    def status(self) -> dict:
-        with urllib.request.urlopen(f"{self.endpoint}/_sluice/status", timeout=10) as r:
-            return json.loads(r.read())
-
-    def metrics(self) -> str:
-        with urllib.request.urlopen(f"{self.endpoint}/_sluice/metrics", timeout=10) as r:
+    def operator(self, path: str) -> str:
+        """`/status` or `/metrics` on `status_listen`, the operator's address."""
+        assert self.status_port is not None, "this agent was started without status_listen"
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.status_port}{path}", timeout=10) as r:
             return r.read().decode()
 
+    def status(self) -> dict:
+        return json.loads(self.operator("/status"))
+
+    def metrics(self) -> str:
+        return self.operator("/metrics")
+
+    def own_status(self, tenant: Tenant) -> requests.Response:
+        """`GET /?sluice-status` on the S3 listener, signed with `tenant`'s keys."""
+        req = AWSRequest(method="GET", url=f"{self.endpoint}/?sluice-status")
+        req.headers["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
+        SigV4Auth(Credentials(tenant.access_key, tenant.secret_key), "s3", REGION).add_auth(req)
+        return requests.get(req.url, headers=dict(req.headers), timeout=10)
+
     def tenant_status(self, tenant: str) -> dict:
-        return next(t for t in self.status()["tenants"] if t["tenant"] == tenant)
+        """The tenant's own row, as the tenant sees it."""
+        who = next(t for t in self.tenants if t.id == tenant)
+        r = self.own_status(who)
+        assert r.status_code == 200, r.text
+        [row] = r.json()["tenants"]
+        assert row["tenant"] == tenant
+        return row
 
     def wait_drained(self, tenant: str, timeout: float = 120.0) -> dict:
         """Polls status until the tenant has nothing pending (an observable condition)."""

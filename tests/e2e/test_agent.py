@@ -11,10 +11,12 @@ import threading
 import time
 
 import pytest
+import requests
+import subprocess
 from botocore.exceptions import ClientError
 
 from agent_harness import Agent, LocalSpec
-from harness import DEFAULT_TENANTS, Backend, Gateway, free_port
+from harness import DEFAULT_TENANTS, Backend, Gateway, free_port, sluice_bin
 
 MiB = 1024 * 1024
 ALICE = DEFAULT_TENANTS[0]
@@ -36,7 +38,8 @@ def tier(tmp_path):
 
 def start_agent(tmp_path, gw, **local) -> Agent:
     specs = {t: LocalSpec(**kw) for t, kw in local.items()}
-    return Agent(tmp_path / "agent", gw.endpoint, DEFAULT_TENANTS, specs).start()
+    return Agent(tmp_path / "agent", gw.endpoint, DEFAULT_TENANTS, specs,
+                 status_port=free_port()).start()
 
 
 def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, tier):
@@ -428,5 +431,51 @@ def test_stored_headers_fit_the_node_then_the_shared_tier(tmp_path, tier):
         head = tier.client("alice").head_object(Bucket="typed", Key="fits")
         assert (head["ContentType"], head["Metadata"]) == (content_type, metadata)
         assert listing(node, "typed") == {"fits": 100}
+    finally:
+        agent.stop()
+
+
+def test_a_tenant_sees_only_its_own_status_on_the_s3_listener(tmp_path, tier):
+    """The S3 listener never shows one tenant's checkpoints to another: a tenant's status
+    there is a signed request answered with its own row; unsigned, it is refused."""
+    bob = DEFAULT_TENANTS[1]
+    agent = start_agent(tmp_path, tier)
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="secret-run")
+        node.put_object(Bucket="secret-run", Key="step-7/a.bin", Body=b"x" * 10)
+        node.put_object(Bucket="secret-run", Key="step-7/.metadata", Body=b"m")
+        assert agent.wait_drained("alice", timeout=30)["durable_up_to"]["bucket"] == "secret-run"
+        seen = agent.own_status(bob)
+        assert seen.status_code == 200
+        assert [t["tenant"] for t in seen.json()["tenants"]] == ["bob"]
+        assert "secret-run" not in seen.text and "alice" not in seen.text
+        for path in ["/?sluice-status", "/_sluice/status", "/_sluice/metrics"]:
+            r = requests.get(f"{agent.endpoint}{path}", timeout=10)
+            assert r.status_code in (400, 403), (path, r.status_code)
+            assert "secret-run" not in r.text and "alice" not in r.text, path
+        assert requests.get(f"{agent.endpoint}/?sluice-status", timeout=10).status_code == 403
+        # The operator's address has everyone.
+        assert {t["tenant"] for t in agent.status()["tenants"]} == {t.id for t in DEFAULT_TENANTS}
+    finally:
+        agent.stop()
+
+
+def test_the_cli_asks_each_tenant_without_a_status_listener(tmp_path, tier):
+    agent = Agent(tmp_path / "agent", tier.endpoint, DEFAULT_TENANTS).start()
+    try:
+        node = agent.client(ALICE)
+        node.create_bucket(Bucket="ckpt")
+        node.put_object(Bucket="ckpt", Key="a.bin", Body=b"x" * 1000)
+        agent.wait_drained("alice", timeout=30)
+        doc = json.loads(agent.cli_status())
+        assert doc["upstream"] == tier.endpoint
+        rows = {t["tenant"]: t for t in doc["tenants"]}
+        assert set(rows) == {t.id for t in DEFAULT_TENANTS}
+        assert rows["alice"]["local_bytes"] == 1000
+        metrics = subprocess.run(
+            [sluice_bin(), "agent", "status", "--config", str(agent.config_path), "--metrics"],
+            capture_output=True, text=True)
+        assert metrics.returncode != 0 and "status_listen" in metrics.stderr
     finally:
         agent.stop()

@@ -43,7 +43,7 @@ use crate::checksum::{ChecksumStore, Checksums};
 use crate::drain::Drain;
 use crate::journal::{Journal, JournalHook};
 use crate::node::NodeS3;
-use crate::server::StatusRoutes;
+use crate::server::{Listener, StatusRoutes};
 use crate::upstream::{Credentials, Upstream};
 
 /// Why the agent could not start.
@@ -210,22 +210,29 @@ impl Agent {
             None => None,
         };
         let (tx, rx) = watch::channel(false);
-        let routes = StatusRoutes {
-            drain: Arc::clone(&self.drain),
-        };
         // Half the gateway's header limit: what a trainer stored here goes upstream with the
         // drain's own signature and headers, and must fit the gateway's limit whatever they add.
-        let service = sluice_s3::service_with(self.node, &self.tenants)
+        let own_status = server::TenantStatusRoute {
+            drain: Arc::clone(&self.drain),
+            tenants: Arc::clone(&self.tenants),
+        };
+        let service = sluice_s3::service_with_route(self.node, &self.tenants, own_status)
             .with_header_limit(sluice_s3::HEADER_SECTION_MAX / 2);
         let mut tasks = vec![tokio::spawn(server::serve(
             listener,
-            Some(service),
-            routes.clone(),
+            Listener::S3(service),
             rx.clone(),
         ))];
         let status_addr = status.as_ref().map(|(_, a)| *a);
         if let Some((l, _)) = status {
-            tasks.push(tokio::spawn(server::serve(l, None, routes, rx.clone())));
+            let routes = StatusRoutes {
+                drain: Arc::clone(&self.drain),
+            };
+            tasks.push(tokio::spawn(server::serve(
+                l,
+                Listener::Status(routes),
+                rx.clone(),
+            )));
         }
         tasks.push(tokio::spawn(Arc::clone(&self.drain).run(rx)));
         Ok(Running {

@@ -1,6 +1,8 @@
-//! Binding and serving: the S3 API on `listen`, and status and metrics on the same listener
-//! under `/_sluice/` (no bucket name can start with `_`) and, when `status_listen` is set, on
-//! that address as `/status` and `/metrics` too.
+//! Binding and serving: the S3 API on `listen`, and status and metrics on `status_listen`
+//! (`/status`, `/metrics`), the operator's address: every tenant's figures, names included
+//! (the newest durable checkpoint, the last error), so never on the address trainers reach.
+//! There a tenant asks for its own status as an S3 request: `GET /?sluice-status`, signed
+//! with its keys (header or presigned), through the same signature check as every operation.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,7 +13,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use sluice_s3::HttpService;
+use s3s::route::S3Route;
+use s3s::{Body, S3Request, S3Response, S3Result};
+use sluice_s3::{HttpService, Tenants};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -20,55 +24,117 @@ use crate::status;
 
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves status and metrics documents.
+/// The query parameter of a tenant's status request on the S3 listener.
+pub const STATUS_QUERY: &str = "sluice-status";
+
+/// A status snapshot, all tenants or one, off the runtime's threads.
+async fn snapshot(drain: &Arc<Drain>, only: Option<String>) -> Result<status::Status, String> {
+    let drain = Arc::clone(drain);
+    tokio::task::spawn_blocking(move || {
+        let journal = Arc::clone(&drain.journal);
+        status::snapshot(&drain, &journal, only.as_deref())
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| e.to_string())
+}
+
+/// Serves the operator's status and metrics documents on `status_listen`.
 #[derive(Clone)]
 pub struct StatusRoutes {
     pub drain: Arc<Drain>,
 }
 
 impl StatusRoutes {
-    async fn respond(&self, path: &str, bare: bool) -> Option<http::Response<s3s::Body>> {
-        let which = match path {
-            "/_sluice/status" => "status",
-            "/_sluice/metrics" => "metrics",
-            "/status" | "/" if bare => "status",
-            "/metrics" if bare => "metrics",
-            _ => return None,
+    async fn respond(&self, path: &str) -> http::Response<Body> {
+        let metrics = match path {
+            "/status" | "/" => false,
+            "/metrics" => true,
+            _ => return plain(404, "text/plain", "not found\n".to_owned()),
         };
-        let drain = Arc::clone(&self.drain);
-        let snap = tokio::task::spawn_blocking(move || {
-            let journal = Arc::clone(&drain.journal);
-            status::snapshot(&drain, &journal)
-        })
-        .await;
-        let (code, ctype, body) = match snap {
-            Ok(Ok(s)) if which == "status" => (
+        match snapshot(&self.drain, None).await {
+            Ok(s) if metrics => plain(200, "text/plain; version=0.0.4", status::prometheus(&s)),
+            Ok(s) => plain(
                 200,
                 "application/json",
                 serde_json::to_string_pretty(&s).unwrap_or_default(),
             ),
-            Ok(Ok(s)) => (200, "text/plain; version=0.0.4", status::prometheus(&s)),
-            Ok(Err(e)) => (500, "text/plain", e.to_string()),
-            Err(e) => (500, "text/plain", e.to_string()),
-        };
-        http::Response::builder()
-            .status(code)
-            .header(http::header::CONTENT_TYPE, ctype)
-            .body(s3s::Body::from(body))
-            .ok()
+            Err(e) => plain(500, "text/plain", e),
+        }
     }
 }
 
-/// Accepts connections until `stop` turns true. `s3`: `None` on the status-only listener.
-pub async fn serve(
-    listener: TcpListener,
-    s3: Option<HttpService>,
-    routes: StatusRoutes,
-    mut stop: watch::Receiver<bool>,
-) {
+fn plain(code: u16, ctype: &'static str, body: String) -> http::Response<Body> {
+    let mut resp = http::Response::new(Body::from(body));
+    *resp.status_mut() = http::StatusCode::from_u16(code).unwrap_or_default();
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(ctype),
+    );
+    resp
+}
+
+/// A tenant's own status on the S3 listener: `GET /?sluice-status`, authenticated by s3s,
+/// answered with that tenant's row only.
+pub struct TenantStatusRoute {
+    pub drain: Arc<Drain>,
+    pub tenants: Arc<Tenants>,
+}
+
+#[async_trait::async_trait]
+impl S3Route for TenantStatusRoute {
+    fn is_match(
+        &self,
+        method: &http::Method,
+        uri: &http::Uri,
+        _headers: &http::HeaderMap,
+        _extensions: &mut http::Extensions,
+    ) -> bool {
+        method == http::Method::GET
+            && uri.path() == "/"
+            && uri.query().is_some_and(|q| {
+                q.split('&')
+                    .any(|p| p.split('=').next() == Some(STATUS_QUERY))
+            })
+    }
+
+    async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
+        let caller = req.credentials.as_ref();
+        sluice_s3::sigv4_tenant(&self.tenants, &req.headers, &req.uri, caller).map(|_| ())
+    }
+
+    async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
+        let caller = req.credentials.as_ref();
+        let key = sluice_s3::sigv4_tenant(&self.tenants, &req.headers, &req.uri, caller)?;
+        let status = snapshot(&self.drain, Some(key.tenant.to_string()))
+            .await
+            .map_err(|e| {
+                tracing::error!(error = %e, "status snapshot failed");
+                s3s::s3_error!(InternalError, "internal error")
+            })?;
+        let json = serde_json::to_string_pretty(&status).unwrap_or_default();
+        let mut resp = S3Response::new(Body::from(json));
+        resp.headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_static("application/json"),
+        );
+        Ok(resp)
+    }
+}
+
+/// What a listener answers.
+#[derive(Clone)]
+pub enum Listener {
+    /// The S3 API (trainers).
+    S3(HttpService),
+    /// Status and metrics (the operator).
+    Status(StatusRoutes),
+}
+
+/// Accepts connections until `stop` turns true.
+pub async fn serve(listener: TcpListener, serves: Listener, mut stop: watch::Receiver<bool>) {
     let http = auto::Builder::new(TokioExecutor::new());
     let graceful = GracefulShutdown::new();
-    let bare = s3.is_none();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
@@ -80,21 +146,15 @@ pub async fn serve(
                     }
                 };
                 let _ = sock.set_nodelay(true);
-                let s3 = s3.clone();
-                let routes = routes.clone();
+                let serves = serves.clone();
                 let svc = service_fn(move |req: http::Request<Incoming>| {
-                    let s3 = s3.clone();
-                    let routes = routes.clone();
+                    let serves = serves.clone();
                     async move {
-                        if let Some(resp) = routes.respond(req.uri().path(), bare).await {
-                            return Ok::<_, s3s::HttpError>(resp);
-                        }
-                        match s3 {
-                            Some(s3) => hyper::service::Service::call(&s3, req).await,
-                            None => Ok(http::Response::builder()
-                                .status(404)
-                                .body(s3s::Body::from("not found\n".to_owned()))
-                                .unwrap_or_default()),
+                        match serves {
+                            Listener::S3(s3) => hyper::service::Service::call(&s3, req).await,
+                            Listener::Status(routes) => {
+                                Ok::<_, s3s::HttpError>(routes.respond(req.uri().path()).await)
+                            }
                         }
                     }
                 });

@@ -1,7 +1,7 @@
 //! What the agent reports: per tenant bytes on the node, bytes waiting to drain, drain rate,
 //! oldest pending age, ETA, the newest checkpoint durable upstream and the last error; as
-//! JSON (`GET /_sluice/status`) and as Prometheus text (`GET /_sluice/metrics`; base units,
-//! one `tenant` label).
+//! JSON and as Prometheus text (base units, one `tenant` label). Every tenant's, to the
+//! operator, on `status_listen`; a tenant's own, as JSON, on the S3 listener (see `server`).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -60,11 +60,20 @@ fn now_ms() -> i64 {
 }
 
 /// A status snapshot (blocking journal reads: call from a blocking thread).
-pub fn snapshot(drain: &Arc<Drain>, journal: &Journal) -> Result<Status, sluice_meta::MetaError> {
+pub fn snapshot(
+    drain: &Arc<Drain>,
+    journal: &Journal,
+    only: Option<&str>,
+) -> Result<Status, sluice_meta::MetaError> {
     let ops = journal.pending()?;
     let wall = now_ms();
     let now = Instant::now();
-    let mut ids: Vec<String> = drain.with_tenants(|t| t.keys().cloned().collect());
+    let mut ids: Vec<String> = drain.with_tenants(|t| {
+        t.keys()
+            .filter(|id| only.is_none_or(|o| o == id.as_str()))
+            .cloned()
+            .collect()
+    });
     ids.sort();
     let mut tenants = Vec::with_capacity(ids.len());
     for id in ids {

@@ -76,17 +76,39 @@ impl S3Auth for TenantAuth {
 /// Authorization: authenticated SigV4 callers only, names validated, tenant attached.
 pub struct TenantAccess(pub Arc<Tenants>);
 
-fn is_sigv2(cx: &S3AccessContext<'_>) -> bool {
-    let header_v2 = cx
-        .headers()
+fn is_sigv2(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
+    let header_v2 = headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("AWS "));
-    let query = cx.uri().query().unwrap_or("");
+    let query = uri.query().unwrap_or("");
     let query_v2 = query.split('&').any(|p| p.starts_with("AWSAccessKeyId="))
         || (query.split('&').any(|p| p.starts_with("Signature="))
             && !query.contains("X-Amz-Signature="));
     header_v2 || query_v2
+}
+
+/// The tenant behind a request s3s has authenticated, under the rules every operation follows:
+/// Signature Version 4 only, no anonymous caller, a known key. For custom routes
+/// (`s3s::route::S3Route`), which s3s authenticates but does not pass through [`TenantAccess`].
+pub fn sigv4_tenant(
+    tenants: &Tenants,
+    headers: &http::HeaderMap,
+    uri: &http::Uri,
+    credentials: Option<&s3s::auth::Credentials>,
+) -> S3Result<TenantKey> {
+    if is_sigv2(headers, uri) {
+        return Err(s3_error!(
+            AccessDenied,
+            "only AWS Signature Version 4 is accepted"
+        ));
+    }
+    let Some(creds) = credentials else {
+        return Err(s3_error!(AccessDenied, "anonymous requests are refused"));
+    };
+    tenants
+        .get(&creds.access_key)
+        .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))
 }
 
 fn is_post_form(cx: &S3AccessContext<'_>) -> bool {
@@ -101,21 +123,13 @@ fn is_post_form(cx: &S3AccessContext<'_>) -> bool {
 #[async_trait::async_trait]
 impl S3Access for TenantAccess {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
-        if is_sigv2(cx) || is_post_form(cx) {
+        if is_post_form(cx) {
             return Err(s3_error!(
                 AccessDenied,
                 "only AWS Signature Version 4 is accepted"
             ));
         }
-        let Some(creds) = cx.credentials() else {
-            return Err(s3_error!(AccessDenied, "anonymous requests are refused"));
-        };
-        let Some(key) = self.0.get(&creds.access_key) else {
-            return Err(s3_error!(
-                InvalidAccessKeyId,
-                "the access key does not exist"
-            ));
-        };
+        let key = sigv4_tenant(&self.0, cx.headers(), cx.uri(), cx.credentials())?;
         match cx.s3_path() {
             S3Path::Root => {}
             S3Path::Bucket { bucket } => {

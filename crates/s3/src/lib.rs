@@ -21,7 +21,7 @@ pub mod error;
 pub mod front;
 pub mod name;
 
-pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants};
+pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, sigv4_tenant};
 pub use blob::BlobStore;
 pub use connection::{HEADER_SECTION_MAX, HttpService};
 pub use front::{Front, FrontConfig};
@@ -39,6 +39,22 @@ pub fn service(front: Front, tenants: &Arc<Tenants>) -> HttpService {
 /// The same service around any [`s3s::S3`] implementation, e.g. the node agent's decorator
 /// of [`Front`]: the same signature check, access rules and limits.
 pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> HttpService {
+    HttpService::new(builder(s3, tenants).build())
+}
+
+/// [`service_with`] plus a custom route (the node agent's tenant-scoped status), which s3s
+/// answers after the same signature check; its access rule is its own (see [`sigv4_tenant`]).
+pub fn service_with_route(
+    s3: impl s3s::S3,
+    tenants: &Arc<Tenants>,
+    route: impl s3s::route::S3Route,
+) -> HttpService {
+    let mut b = builder(s3, tenants);
+    b.set_route(route);
+    HttpService::new(b.build())
+}
+
+fn builder<S: s3s::S3>(s3: S, tenants: &Arc<Tenants>) -> S3ServiceBuilder {
     let mut b = S3ServiceBuilder::new(s3);
     b.set_auth(TenantAuth(Arc::clone(tenants)));
     b.set_access(TenantAccess(Arc::clone(tenants)));
@@ -47,5 +63,5 @@ pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> HttpService {
     config.presigned_url_max_skew_time_secs = 15 * 60;
     config.xml_max_body_size = 4 * 1024 * 1024;
     b.set_config(Arc::new(StaticConfigProvider::new(Arc::new(config))));
-    HttpService::new(b.build())
+    b
 }

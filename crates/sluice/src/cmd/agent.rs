@@ -73,23 +73,83 @@ fn status(path: &Path, metrics: bool) -> anyhow::Result<()> {
         .agent
         .as_ref()
         .context("the configuration has no [agent] section")?;
-    let (addr, route) = match &a.status_listen {
-        Some(s) => (s.clone(), if metrics { "/metrics" } else { "/status" }),
-        None => (
-            a.listen.clone(),
-            if metrics {
-                "/_sluice/metrics"
-            } else {
-                "/_sluice/status"
-            },
+    let body = match (&a.status_listen, metrics) {
+        (Some(addr), _) => {
+            let route = if metrics { "/metrics" } else { "/status" };
+            http_get(addr, route).with_context(|| format!("asking the agent at {addr}"))?
+        }
+        (None, true) => bail!(
+            "the agent serves metrics on its operator address only: set [agent] status_listen"
         ),
+        (None, false) => tenants_status(&config, &a.listen)
+            .with_context(|| format!("asking the agent at {}", a.listen))?,
     };
-    let body = http_get(&addr, route).with_context(|| format!("asking the agent at {addr}"))?;
     print!("{body}");
     if !body.ends_with('\n') {
         println!();
     }
     Ok(())
+}
+
+/// Without `status_listen`: every configured tenant's own status from the S3 listener
+/// (`GET /?sluice-status`, signed with the tenant's keys), in the operator document's shape.
+fn tenants_status(config: &Config, listen: &str) -> anyhow::Result<String> {
+    let region = config
+        .gateway
+        .as_ref()
+        .map_or("us-east-1", |g| g.region.as_str());
+    super::runtime()?.block_on(async {
+        let mut upstream = serde_json::Value::Null;
+        let mut rows = Vec::new();
+        for t in &config.tenants {
+            let text = signed_get(listen, region, t)
+                .await
+                .with_context(|| format!("tenant {}", t.id))?;
+            let mut doc: serde_json::Value = serde_json::from_str(&text)?;
+            upstream = doc["upstream"].take();
+            if let serde_json::Value::Array(mine) = doc["tenants"].take() {
+                rows.extend(mine);
+            }
+        }
+        let doc = serde_json::json!({ "upstream": upstream, "tenants": rows });
+        Ok(serde_json::to_string_pretty(&doc)?)
+    })
+}
+
+/// `GET http://{listen}/?sluice-status` signed (SigV4) with `tenant`'s keys; the body.
+async fn signed_get(
+    listen: &str,
+    region: &str,
+    tenant: &sluice_config::Tenant,
+) -> anyhow::Result<String> {
+    use object_store::aws::{AwsAuthorizer, AwsCredential};
+    use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
+    let cred = AwsCredential {
+        key_id: tenant.access_key.clone(),
+        secret_key: tenant.secret_key.clone(),
+        token: None,
+    };
+    let mut req = http::Request::builder()
+        .method(http::Method::GET)
+        .uri(format!(
+            "http://{listen}/?{}",
+            sluice_agent::server::STATUS_QUERY
+        ))
+        .body(HttpRequestBody::from(bytes::Bytes::new()))?;
+    AwsAuthorizer::new(&cred, "s3", region).try_authorize(&mut req, None)?;
+    let client = ReqwestConnector::default().connect(
+        &object_store::ClientOptions::new()
+            .with_allow_http(true)
+            .with_timeout(Duration::from_secs(10)),
+    )?;
+    let resp = client.execute(req).await?;
+    let status = resp.status();
+    let body = resp.into_body().bytes().await?;
+    let text = String::from_utf8_lossy(&body).into_owned();
+    if !status.is_success() {
+        bail!("{status}: {text}");
+    }
+    Ok(text)
 }
 
 /// A minimal HTTP/1.1 GET (the status endpoint is plain HTTP on loopback).

@@ -35,9 +35,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         if let Some(a) = &agent {
             println!("  S3 endpoint (node agent, for trainers): {endpoint}");
             println!("  S3 endpoint (gateway, shared tier):     {gateway_endpoint}");
-            println!("  agent status:          {endpoint}/_sluice/status  (or: sluice agent status --config FILE)");
             if let Some(s) = a.status_addr {
-                println!("  agent status listener: http://{s}/status");
+                println!("  agent status:          http://{s}/status  (or: sluice agent status --config FILE)");
             }
         } else {
             println!("  S3 endpoint (gateway): {endpoint}");
