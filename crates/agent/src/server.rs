@@ -6,13 +6,9 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use s3s::route::S3Route;
 use s3s::{Body, S3Request, S3Response, S3Result};
 use sluice_s3::{HttpService, Tenants};
@@ -21,8 +17,6 @@ use tokio::sync::watch;
 
 use crate::drain::Drain;
 use crate::status;
-
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// The query parameter of a tenant's status request on the S3 listener.
 pub const STATUS_QUERY: &str = "sluice-status";
@@ -131,51 +125,20 @@ pub enum Listener {
     Status(StatusRoutes),
 }
 
-/// Accepts connections until `stop` turns true.
-pub async fn serve(listener: TcpListener, serves: Listener, mut stop: watch::Receiver<bool>) {
-    let http = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (sock, _) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let _ = sock.set_nodelay(true);
-                let serves = serves.clone();
-                let svc = service_fn(move |req: http::Request<Incoming>| {
-                    let serves = serves.clone();
-                    async move {
-                        match serves {
-                            Listener::S3(s3) => hyper::service::Service::call(&s3, req).await,
-                            Listener::Status(routes) => {
-                                Ok::<_, s3s::HttpError>(routes.respond(req.uri().path()).await)
-                            }
-                        }
-                    }
-                });
-                let conn = http.serve_connection(TokioIo::new(sock), svc).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                });
+/// Accepts connections until `stop` turns true (the gateway's server loop and timeouts).
+pub async fn serve(listener: TcpListener, serves: Listener, stop: watch::Receiver<bool>) {
+    let svc = service_fn(move |req: http::Request<Incoming>| {
+        let serves = serves.clone();
+        async move {
+            match serves {
+                Listener::S3(s3) => hyper::service::Service::call(&s3, req).await,
+                Listener::Status(routes) => {
+                    Ok::<_, s3s::HttpError>(routes.respond(req.uri().path()).await)
+                }
             }
-            _ = stop.changed() => break,
         }
-    }
-    drop(listener);
-    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("requests still in flight after the shutdown grace period");
-    }
+    });
+    sluice_gateway::serve_http(listener, svc, sluice_gateway::HEADER_READ_TIMEOUT, stop).await;
 }
 
 pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), crate::AgentError> {

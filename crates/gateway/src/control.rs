@@ -13,7 +13,6 @@ use bytes::Bytes;
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use sluice_config::Config;
 use sluice_meta::Catalog;
 use sluice_metrics::{Gauge, Metrics};
@@ -159,7 +158,7 @@ impl Control {
     pub async fn serve_metrics(
         self,
         addr: &str,
-        mut stop: watch::Receiver<bool>,
+        stop: watch::Receiver<bool>,
     ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), GatewayError> {
         let listener = TcpListener::bind(addr)
             .await
@@ -173,24 +172,16 @@ impl Control {
                 addr: addr.to_owned(),
                 source,
             })?;
-        let task = tokio::spawn(async move {
-            let http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            loop {
-                tokio::select! {
-                    accepted = listener.accept() => {
-                        let Ok((sock, _)) = accepted else { continue };
-                        let control = self.clone();
-                        let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
-                            let control = control.clone();
-                            async move { Ok::<_, Infallible>(control.answer(&req)) }
-                        });
-                        let conn = http.serve_connection(TokioIo::new(sock), svc).into_owned();
-                        tokio::spawn(async move { let _ = conn.await; });
-                    }
-                    _ = stop.changed() => break,
-                }
-            }
+        let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
+            let control = self.clone();
+            async move { Ok::<_, Infallible>(control.answer(&req)) }
         });
+        let task = tokio::spawn(crate::serve_http(
+            listener,
+            svc,
+            crate::HEADER_READ_TIMEOUT,
+            stop,
+        ));
         Ok((local, task))
     }
 

@@ -23,7 +23,7 @@ mod server;
 pub use backend::open_backend;
 pub use control::{Control, tenant_specs};
 pub use reconcile::{ReconcileSummary, reconcile};
-pub use server::{Gateway, Running};
+pub use server::{Gateway, HEADER_READ_TIMEOUT, Running, serve_http};
 
 use sluice_config::Config;
 

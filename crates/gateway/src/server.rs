@@ -4,7 +4,8 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use sluice_config::{Config, Policy};
@@ -177,7 +178,7 @@ impl Gateway {
             None => None,
             Some(m) => Some(self.control.clone().serve_metrics(m, rx.clone()).await?.0),
         };
-        let task = tokio::spawn(serve(listener, service, rx));
+        let task = tokio::spawn(serve_http(listener, service, HEADER_READ_TIMEOUT, rx));
         Ok(Running {
             addr,
             metrics_addr,
@@ -188,12 +189,39 @@ impl Gateway {
     }
 }
 
-async fn serve(
+/// How long a client may take to send a request's headers. hyper's header timer also runs
+/// while a keep-alive connection waits for its next request, so an idle connection is closed
+/// after as long: a client that connects and sends nothing, or trickles its headers, holds a
+/// socket for at most this.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Accepts connections on `listener` and serves HTTP/1.1 and HTTP/2 with `service` until
+/// `stop` turns true, then lets requests in flight finish (bounded). Headers must arrive
+/// within `header_timeout` ([`HEADER_READ_TIMEOUT`]); HTTP/2 peers that stop answering pings
+/// are dropped. Every listener of the gateway and the node agent.
+pub async fn serve_http<S, B>(
     listener: TcpListener,
-    service: sluice_s3::HttpService,
+    service: S,
+    header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
-) {
-    let http = auto::Builder::new(TokioExecutor::new());
+) where
+    S: hyper::service::Service<http::Request<Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let mut http = auto::Builder::new(TokioExecutor::new());
+    http.http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout);
+    http.http2()
+        .timer(TokioTimer::new())
+        .keep_alive_interval(header_timeout);
     let graceful = GracefulShutdown::new();
     loop {
         tokio::select! {
@@ -241,5 +269,54 @@ impl Running {
     /// A handle that triggers shutdown from elsewhere (e.g. a signal handler).
     pub fn stopper(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+    use std::io::{Read as _, Write as _};
+
+    use super::*;
+
+    /// A request's bytes until the server closes the connection; an error if it has not after
+    /// 10 s (the timeouts under test are 200 ms).
+    fn until_closed(addr: SocketAddr, request: &'static [u8]) -> std::io::Result<Vec<u8>> {
+        let mut s = std::net::TcpStream::connect(addr)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        s.write_all(request)?;
+        let mut got = Vec::new();
+        s.read_to_end(&mut got)?;
+        Ok(got)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn trickled_headers_and_idle_keep_alive_connections_are_closed() -> std::io::Result<()> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let svc = hyper::service::service_fn(|_req| async {
+            Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
+                bytes::Bytes::from_static(b"ok"),
+            )))
+        });
+        let (stop, rx) = watch::channel(false);
+        let server = tokio::spawn(serve_http(listener, svc, Duration::from_millis(200), rx));
+        let (partial, idle) = tokio::task::spawn_blocking(move || {
+            // Headers that never end.
+            let partial = until_closed(addr, b"GET / HTTP/1.1\r\nHost: x\r\n")?;
+            // A whole request, answered, then nothing: the connection waits for the next one.
+            let idle = until_closed(addr, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")?;
+            std::io::Result::Ok((partial, idle))
+        })
+        .await??;
+        assert!(!partial.starts_with(b"HTTP/1.1 200"), "{partial:?}");
+        let idle = String::from_utf8_lossy(&idle);
+        assert!(
+            idle.starts_with("HTTP/1.1 200") && idle.ends_with("ok"),
+            "{idle}"
+        );
+        let _ = stop.send(true);
+        let _ = server.await;
+        Ok(())
     }
 }
