@@ -3,7 +3,6 @@ learns nothing; and every way of not being an authenticated SigV4 caller is refu
 
 import datetime
 import socket
-import time
 import uuid
 from unittest import mock
 
@@ -138,14 +137,36 @@ def test_unsigned_requests_are_refused(gateway, alice, bucket):
     assert alice.head_bucket(Bucket=bucket)
 
 
+def presign(alice, bucket, key, expires, signed_at=None):
+    """A presigned GET, signed at `signed_at` (default: now) for `expires` seconds."""
+    params = {"Bucket": bucket, "Key": key}
+    if signed_at is None:
+        return alice.generate_presigned_url("get_object", Params=params, ExpiresIn=expires)
+    with mock.patch("botocore.auth.get_current_datetime", return_value=signed_at.replace(tzinfo=None)):
+        return alice.generate_presigned_url("get_object", Params=params, ExpiresIn=expires)
+
+
 def test_expired_presigned_url_is_refused(gateway, alice, bucket):
     alice.put_object(Bucket=bucket, Key="p", Body=b"x")
-    url = alice.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": "p"}, ExpiresIn=1)
-    time.sleep(2)  # the URL's own clock: it must be older than its expiry
+    # Signed ten minutes ago for one minute (the signature's own clock).
+    ago = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=10)
+    url = presign(alice, bucket, "p", 60, signed_at=ago)
     r = requests.get(url, timeout=10)
-    assert r.status_code == 403, r.content
+    assert r.status_code == 403 and b"expired" in r.content, r.content
+    # The same URL signed now works: the refusal was about time alone.
+    url = presign(alice, bucket, "p", 60)
+    assert requests.get(url, timeout=10).content == b"x"
     tampered = url.replace("Key=p", "Key=q") if "Key=p" in url else url.replace("/p?", "/q?")
     assert requests.get(tampered, timeout=10).status_code in (403, 404)
+
+
+def test_presigned_urls_live_at_most_a_week(gateway, alice, bucket):
+    """As S3: a URL signed for longer than a week would be a credential that never lapses."""
+    alice.put_object(Bucket=bucket, Key="p", Body=b"x")
+    week = 7 * 24 * 3600
+    assert requests.get(presign(alice, bucket, "p", week), timeout=10).content == b"x"
+    r = requests.get(presign(alice, bucket, "p", week + 1), timeout=10)
+    assert r.status_code == 400 and b"AuthorizationQueryParametersError" in r.content, r.content
 
 
 def test_sigv2_is_refused(gateway, bucket):

@@ -88,6 +88,20 @@ fn is_sigv2(headers: &http::HeaderMap, uri: &http::Uri) -> bool {
     header_v2 || query_v2
 }
 
+/// The longest a presigned URL may stay valid, as S3: a week. s3s takes any `X-Amz-Expires`,
+/// so a URL signed for ten years would be a credential that never lapses.
+pub const PRESIGNED_MAX_SECS: u64 = 7 * 24 * 3600;
+
+/// A presigned URL whose `X-Amz-Expires` is over [`PRESIGNED_MAX_SECS`] (s3s has already
+/// refused one that is not a number).
+fn presigned_for_too_long(uri: &http::Uri) -> bool {
+    uri.query().unwrap_or("").split('&').any(|p| {
+        p.strip_prefix("X-Amz-Expires=")
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|secs| secs > PRESIGNED_MAX_SECS)
+    })
+}
+
 /// The tenant behind a request s3s has authenticated, under the rules every operation follows:
 /// Signature Version 4 only, no anonymous caller, a known key. For custom routes
 /// (`s3s::route::S3Route`), which s3s authenticates but does not pass through [`TenantAccess`].
@@ -106,6 +120,12 @@ pub fn sigv4_tenant(
     let Some(creds) = credentials else {
         return Err(s3_error!(AccessDenied, "anonymous requests are refused"));
     };
+    if presigned_for_too_long(uri) {
+        return Err(s3_error!(
+            AuthorizationQueryParametersError,
+            "X-Amz-Expires must be at most {PRESIGNED_MAX_SECS} seconds (a week)"
+        ));
+    }
     tenants
         .get(&creds.access_key)
         .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))
