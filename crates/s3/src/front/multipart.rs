@@ -6,7 +6,7 @@ use s3s::dto;
 use sluice_meta::{PartRecord, PartSpec, UploadRecord};
 
 use super::buckets::owner;
-use super::objects::Representation;
+use super::objects::{Representation, representation};
 use super::{Front, etag, now_ms, timestamp};
 use crate::checksum::{self, Algorithm, Expected};
 use crate::error::{ApiError, ApiResult};
@@ -47,14 +47,7 @@ impl Front {
         tenant: &str,
         input: dto::CreateMultipartUploadInput,
     ) -> ApiResult<dto::CreateMultipartUploadOutput> {
-        let repr = Representation::new(
-            input.content_type,
-            input.cache_control,
-            input.content_disposition,
-            input.content_encoding,
-            input.content_language,
-            input.metadata,
-        )?;
+        let repr = representation!(input)?;
         let id: u128 = rand::random();
         let upload_id = format!("{id:032x}");
         let rec = UploadRecord {

@@ -20,6 +20,22 @@ use crate::name;
 /// (`x-amz-meta-` excluded), S3's limit. Every byte is returned in each GET and HEAD.
 pub const METADATA_MAX: usize = 2048;
 
+/// [`Representation::new`] from any s3s input that carries the representation headers (they
+/// have the same names in PutObject, CopyObject and CreateMultipartUpload).
+macro_rules! representation {
+    ($input:expr) => {
+        Representation::new(
+            $input.content_type,
+            $input.cache_control,
+            $input.content_disposition,
+            $input.content_encoding,
+            $input.content_language,
+            $input.metadata,
+        )
+    };
+}
+pub(super) use representation;
+
 /// Representation headers stored with an object, by lower-case name.
 #[derive(Default)]
 pub(super) struct Representation {
@@ -280,14 +296,7 @@ impl Front {
         if input.if_none_match.is_some() || input.if_match.is_some() {
             return Err(ApiError::NotImplemented("conditional PutObject"));
         }
-        let repr = Representation::new(
-            input.content_type,
-            input.cache_control,
-            input.content_disposition,
-            input.content_encoding,
-            input.content_language,
-            input.metadata,
-        )?;
+        let repr = representation!(input)?;
         self.require_bucket(tenant, &input.bucket).await?;
         let received = self
             .receive(
@@ -604,14 +613,7 @@ impl Front {
             ));
         }
         let repr = if replace {
-            Representation::new(
-                input.content_type,
-                input.cache_control,
-                input.content_disposition,
-                input.content_encoding,
-                input.content_language,
-                input.metadata,
-            )?
+            representation!(input)?
         } else {
             Representation {
                 content_type: src.rec.content_type.clone(),
