@@ -7,11 +7,12 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use http::StatusCode;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use s3s::route::S3Route;
 use s3s::{Body, S3Request, S3Response, S3Result};
-use sluice_s3::{HttpService, Tenants};
+use sluice_s3::{Caller, HttpService, Tenants};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -44,23 +45,33 @@ impl StatusRoutes {
         let metrics = match path {
             "/status" | "/" => false,
             "/metrics" => true,
-            _ => return plain(404, "text/plain", "not found\n".to_owned()),
+            _ => {
+                return plain(
+                    StatusCode::NOT_FOUND,
+                    "text/plain",
+                    "not found\n".to_owned(),
+                );
+            }
         };
         match snapshot(&self.drain, None).await {
-            Ok(s) if metrics => plain(200, "text/plain; version=0.0.4", status::prometheus(&s)),
+            Ok(s) if metrics => plain(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                status::prometheus(&s),
+            ),
             Ok(s) => plain(
-                200,
+                StatusCode::OK,
                 "application/json",
                 serde_json::to_string_pretty(&s).unwrap_or_default(),
             ),
-            Err(e) => plain(500, "text/plain", e),
+            Err(e) => plain(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", e),
         }
     }
 }
 
-fn plain(code: u16, ctype: &'static str, body: String) -> http::Response<Body> {
+fn plain(code: StatusCode, ctype: &'static str, body: String) -> http::Response<Body> {
     let mut resp = http::Response::new(Body::from(body));
-    *resp.status_mut() = http::StatusCode::from_u16(code).unwrap_or_default();
+    *resp.status_mut() = code;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static(ctype),
@@ -94,13 +105,19 @@ impl S3Route for TenantStatusRoute {
 
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {
         let caller = req.credentials.as_ref();
-        sluice_s3::sigv4_tenant(&self.tenants, &req.headers, &req.uri, caller).map(|_| ())
+        let key = sluice_s3::sigv4_tenant(&self.tenants, &req.headers, &req.uri, caller)?;
+        req.extensions.insert(Caller(key.tenant));
+        Ok(())
     }
 
     async fn call(&self, req: S3Request<Body>) -> S3Result<S3Response<Body>> {
-        let caller = req.credentials.as_ref();
-        let key = sluice_s3::sigv4_tenant(&self.tenants, &req.headers, &req.uri, caller)?;
-        let status = snapshot(&self.drain, Some(key.tenant.to_string()))
+        let Some(Caller(tenant)) = req.extensions.get::<Caller>() else {
+            return Err(s3s::s3_error!(
+                AccessDenied,
+                "anonymous requests are refused"
+            ));
+        };
+        let status = snapshot(&self.drain, Some(tenant.to_string()))
             .await
             .map_err(|e| {
                 tracing::error!(error = %e, "status snapshot failed");

@@ -102,9 +102,14 @@ fn tenants_status(config: &Config, listen: &str) -> anyhow::Result<String> {
         let mut upstream = serde_json::Value::Null;
         let mut rows = Vec::new();
         for t in &config.tenants {
-            let text = signed_get(listen, region, t)
+            let url = format!("http://{listen}/?{}", sluice_agent::server::STATUS_QUERY);
+            let keys = (t.access_key.as_str(), t.secret_key.as_str());
+            let (status, text) = super::signed_request(http::Method::GET, &url, keys, region)
                 .await
                 .with_context(|| format!("tenant {}", t.id))?;
+            if !status.is_success() {
+                bail!("tenant {}: {status}: {text}", t.id);
+            }
             let mut doc: serde_json::Value = serde_json::from_str(&text)?;
             upstream = doc["upstream"].take();
             if let serde_json::Value::Array(mine) = doc["tenants"].take() {
@@ -114,42 +119,6 @@ fn tenants_status(config: &Config, listen: &str) -> anyhow::Result<String> {
         let doc = serde_json::json!({ "upstream": upstream, "tenants": rows });
         Ok(serde_json::to_string_pretty(&doc)?)
     })
-}
-
-/// `GET http://{listen}/?sluice-status` signed (SigV4) with `tenant`'s keys; the body.
-async fn signed_get(
-    listen: &str,
-    region: &str,
-    tenant: &sluice_config::Tenant,
-) -> anyhow::Result<String> {
-    use object_store::aws::{AwsAuthorizer, AwsCredential};
-    use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
-    let cred = AwsCredential {
-        key_id: tenant.access_key.clone(),
-        secret_key: tenant.secret_key.clone(),
-        token: None,
-    };
-    let mut req = http::Request::builder()
-        .method(http::Method::GET)
-        .uri(format!(
-            "http://{listen}/?{}",
-            sluice_agent::server::STATUS_QUERY
-        ))
-        .body(HttpRequestBody::from(bytes::Bytes::new()))?;
-    AwsAuthorizer::new(&cred, "s3", region).try_authorize(&mut req, None)?;
-    let client = ReqwestConnector::default().connect(
-        &object_store::ClientOptions::new()
-            .with_allow_http(true)
-            .with_timeout(Duration::from_secs(10)),
-    )?;
-    let resp = client.execute(req).await?;
-    let status = resp.status();
-    let body = resp.into_body().bytes().await?;
-    let text = String::from_utf8_lossy(&body).into_owned();
-    if !status.is_success() {
-        bail!("{status}: {text}");
-    }
-    Ok(text)
 }
 
 /// A minimal HTTP/1.1 GET (the status endpoint is plain HTTP on loopback).

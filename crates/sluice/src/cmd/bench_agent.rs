@@ -513,25 +513,9 @@ impl Node {
 
 /// CreateBucket through the agent: `object_store` has no call for it, so a signed raw PUT.
 async fn create_bucket(endpoint: &str, bucket: &str) -> anyhow::Result<()> {
-    use object_store::aws::{AwsAuthorizer, AwsCredential};
-    use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
-    let cred = AwsCredential {
-        key_id: KEY.to_owned(),
-        secret_key: SECRET.to_owned(),
-        token: None,
-    };
-    let mut req = http::Request::builder()
-        .method(http::Method::PUT)
-        .uri(format!("{endpoint}/{bucket}"))
-        .body(HttpRequestBody::from(Bytes::new()))?;
-    AwsAuthorizer::new(&cred, "s3", "us-east-1").try_authorize(&mut req, None)?;
-    let http = ReqwestConnector::default()
-        .connect(&object_store::ClientOptions::new().with_allow_http(true))?;
-    let resp = http.execute(req).await?;
-    anyhow::ensure!(
-        resp.status().is_success(),
-        "CreateBucket: {}",
-        resp.status()
-    );
+    let url = format!("{endpoint}/{bucket}");
+    let (status, body) =
+        super::signed_request(http::Method::PUT, &url, (KEY, SECRET), "us-east-1").await?;
+    anyhow::ensure!(status.is_success(), "CreateBucket: {status}: {body}");
     Ok(())
 }

@@ -60,3 +60,35 @@ pub async fn until_signal(
     running.wait().await;
     Ok(())
 }
+
+/// One request with an empty body, signed (SigV4, service `s3`) with `access_key` and
+/// `secret_key`, as an S3 client sends it; the status and the body. For calls `object_store`
+/// has no method for (CreateBucket, the agent's `GET /?sluice-status`).
+pub async fn signed_request(
+    method: http::Method,
+    url: &str,
+    (access_key, secret_key): (&str, &str),
+    region: &str,
+) -> anyhow::Result<(http::StatusCode, String)> {
+    use object_store::aws::{AwsAuthorizer, AwsCredential};
+    use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
+    let cred = AwsCredential {
+        key_id: access_key.to_owned(),
+        secret_key: secret_key.to_owned(),
+        token: None,
+    };
+    let mut req = http::Request::builder()
+        .method(method)
+        .uri(url)
+        .body(HttpRequestBody::from(bytes::Bytes::new()))?;
+    AwsAuthorizer::new(&cred, "s3", region).try_authorize(&mut req, None)?;
+    let client = ReqwestConnector::default().connect(
+        &object_store::ClientOptions::new()
+            .with_allow_http(true)
+            .with_timeout(std::time::Duration::from_secs(10)),
+    )?;
+    let resp = client.execute(req).await?;
+    let status = resp.status();
+    let body = resp.into_body().bytes().await?;
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+}
