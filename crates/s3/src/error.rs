@@ -2,8 +2,10 @@
 //!
 //! Quota exhaustion and throttling are distinct for clients: `QuotaExceeded` (403, not
 //! retried: more space will not appear by waiting, as in Ceph RGW) versus `SlowDown` (503 with
-//! `Retry-After`, which every S3 SDK backs off on). A client's mistake is logged at debug; only
-//! failures of our own or of the backend are logged at error, once, where they are mapped.
+//! `Retry-After`, which every S3 SDK backs off on). A backend out of space is 503 too, with its
+//! own message: on the node agent the drain frees space. A client's mistake is logged at
+//! debug; only failures of our own or of the backend are logged at error, once, where they are
+//! mapped.
 
 use s3s::{S3Error, S3ErrorCode};
 use sluice_meta::MetaError;
@@ -98,9 +100,18 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 tracing::error!(error = %b, "object data missing from backend");
                 with(C::InternalError, "object data is missing from the backend")
             }
+            other if out_of_space(&other) => {
+                tracing::error!(error = %other, "the storage is out of space");
+                let mut err = with(
+                    C::ServiceUnavailable,
+                    "the storage is out of space; retry once space is freed",
+                );
+                err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+                err
+            }
             other => {
                 tracing::error!(error = %other, "backend request failed");
-                let mut err = with(C::ServiceUnavailable, "the shared tier is unavailable");
+                let mut err = with(C::ServiceUnavailable, "the storage backend is unavailable");
                 err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
                 err
             }
@@ -140,6 +151,25 @@ pub fn to_s3(e: ApiError) -> S3Error {
     }
 }
 
+/// Whether a backend failure is its filesystem out of space (`ENOSPC`, or a disk quota):
+/// on the node agent, space the drain and eviction will free, so worth a retry, and never
+/// "the shared tier is down".
+fn out_of_space(e: &object_store::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        {
+            return true;
+        }
+        cause = c.source();
+    }
+    false
+}
+
 fn internal(msg: &str) -> S3Error {
     tracing::error!(error = msg, "internal error");
     with(S3ErrorCode::InternalError, "internal error")
@@ -155,5 +185,50 @@ impl Status for S3Error {
             self.set_status_code(s);
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose cause is an I/O error, as `object_store`'s local store reports them.
+    #[derive(Debug, thiserror::Error)]
+    #[error("unable to copy data to file: {0}")]
+    struct Wrapped(#[source] std::io::Error);
+
+    fn backend(source: Box<dyn std::error::Error + Send + Sync>) -> S3Error {
+        to_s3(ApiError::Backend(object_store::Error::Generic {
+            store: "test",
+            source,
+        }))
+    }
+
+    #[test]
+    fn a_full_disk_is_reported_as_such_and_anything_else_as_unavailable() {
+        let enospc = std::io::Error::from_raw_os_error(28);
+        for full in [
+            backend(Box::new(Wrapped(enospc))),
+            backend(Box::new(std::io::Error::from(
+                std::io::ErrorKind::QuotaExceeded,
+            ))),
+        ] {
+            assert_eq!(full.code(), &S3ErrorCode::ServiceUnavailable);
+            assert!(
+                full.message().is_some_and(|m| m.contains("out of space")),
+                "{full:?}"
+            );
+        }
+        let other = backend(Box::new(Wrapped(std::io::Error::from(
+            std::io::ErrorKind::ConnectionRefused,
+        ))));
+        assert_eq!(
+            other.status_code(),
+            Some(http::StatusCode::SERVICE_UNAVAILABLE)
+        );
+        assert!(
+            other.message().is_some_and(|m| !m.contains("space")),
+            "{other:?}"
+        );
     }
 }
