@@ -479,3 +479,15 @@ def test_the_cli_asks_each_tenant_without_a_status_listener(tmp_path, tier):
         assert metrics.returncode != 0 and "status_listen" in metrics.stderr
     finally:
         agent.stop()
+
+
+@pytest.mark.parametrize("quota,warned", [("1PiB", True), ("1MiB", False)])
+def test_local_quotas_larger_than_the_disk_are_warned_about(tmp_path, tier, quota, warned):
+    agent = Agent(tmp_path / "agent", tier.endpoint, DEFAULT_TENANTS,
+                  {t.id: LocalSpec(local_capacity=quota) for t in DEFAULT_TENANTS}).start()
+    try:
+        agent.client(ALICE).list_buckets()  # serving: start-up is over
+        log = (tmp_path / "agent" / "agent.log").read_text()
+        assert ("add up to more than the disk can hold" in log) == warned, log[-2000:]
+    finally:
+        agent.stop()

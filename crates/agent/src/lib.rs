@@ -138,6 +138,7 @@ impl Agent {
                 "the node's disk has lost a blob the catalog references"
             );
         }
+        warn_if_overcommitted(&objects, &catalog, &config.tenants);
         let catalog = Arc::new(catalog);
         let journal = {
             let c = Arc::clone(&catalog);
@@ -263,5 +264,40 @@ impl Running {
 
     pub fn stopper(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
+    }
+}
+
+/// Logs a warning when the tenants' local quotas add up to more than the node's disk can hold
+/// (its free space plus what they already use): a tenant may then meet a full disk (refused
+/// with "the storage is out of space") before its quota. Overcommitting is the operator's
+/// call, not an error.
+fn warn_if_overcommitted(
+    dir: &std::path::Path,
+    catalog: &Catalog,
+    tenants: &[sluice_config::Tenant],
+) {
+    let quotas = tenants.iter().map(|t| t.local.local_capacity);
+    if quotas.clone().any(|q| q == u64::MAX) {
+        return; // a tenant without a local quota: the disk is its limit by design
+    }
+    let promised: u64 = quotas.sum();
+    let used: u64 = tenants
+        .iter()
+        .filter_map(|t| catalog.ledger().usage(&t.id).map(|u| u.0))
+        .sum();
+    match rustix::fs::statvfs(dir) {
+        Ok(fs) => {
+            let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+            if promised > free.saturating_add(used) {
+                tracing::warn!(
+                    promised = %sluice_units::ByteSize(promised),
+                    room = %sluice_units::ByteSize(free.saturating_add(used)),
+                    dir = %dir.display(),
+                    "the tenants' local quotas add up to more than the disk can hold: a tenant \
+                     may find the disk full before its quota"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot read the disk's size"),
     }
 }
