@@ -56,6 +56,7 @@ class Tenant:
     access_key: str
     secret_key: str
     capacity: str = "1GiB"
+    max_objects: int | None = None
 
 
 DEFAULT_TENANTS = [
@@ -124,6 +125,8 @@ class Gateway:
                 f'secret_key = "{t.secret_key}"',
                 f'capacity = "{t.capacity}"',
             ]
+            if t.max_objects is not None:
+                lines.append(f"max_objects = {t.max_objects}")
         self.config_path.write_text("\n".join(lines) + "\n")
 
     def start(self) -> "Gateway":
@@ -161,6 +164,14 @@ class Gateway:
             text=True,
         ).stdout
         return {row["tenant"]: row["used_bytes"] for row in json.loads(out)}
+
+    def tenant_objects(self) -> dict[str, int]:
+        """Objects and uploads in progress per tenant, as `sluice tenant list` reports them."""
+        out = subprocess.run(
+            [sluice_bin(), "tenant", "list", "--config", str(self.config_path), "--json"],
+            check=True, capture_output=True, text=True,
+        ).stdout
+        return {row["tenant"]: row["objects"] for row in json.loads(out)}
 
     def tenant(self, id: str) -> Tenant:
         return next(t for t in self.tenants if t.id == id)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import ClientError
 
-from harness import INLINE_MAX, Backend, Gateway
+from harness import INLINE_MAX, Backend, Gateway, Tenant
 
 MiB = 1024 * 1024
 QUOTA = 10 * MiB
@@ -162,3 +162,43 @@ def test_kill_9_during_uploads_then_restart(tmp_path, round_):
         gw.stop()
     assert gw.tenant_usage()["alice"] == visible, f"seed {seed}"
     assert stored_bytes(gw, "alice") == visible - inline, f"orphans left on disk (seed {seed})"
+
+
+def test_the_object_count_quota_holds_under_concurrent_writers(tmp_path):
+    """`max_objects`: every object and multipart upload in progress costs the catalog a
+    record the byte quota does not count; past the maximum a new one is refused
+    (`QuotaExceeded`, 403), an overwrite is not, and concurrent writers cannot overshoot."""
+    counted = Tenant("counted", "AKIDCOUNTED000TEST", "counted-secret-0123456789", max_objects=6)
+    gw = Gateway(tmp_path, Backend("local"), tenants=[counted]).start()
+    try:
+        c = gw.client(counted)
+        c.create_bucket(Bucket="bkt")
+        uid = c.create_multipart_upload(Bucket="bkt", Key="big")["UploadId"]
+
+        def put(key: str) -> str:
+            try:
+                c.put_object(Bucket="bkt", Key=key, Body=b"x")
+                return "ok"
+            except ClientError as e:
+                assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 403, e.response
+                return e.response["Error"]["Code"]
+
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            results = list(pool.map(put, [f"k{i:02d}" for i in range(32)]))
+        assert results.count("ok") == 5, results
+        assert set(results) == {"ok", "QuotaExceeded"}, results
+        keys = [o["Key"] for o in c.list_objects_v2(Bucket="bkt")["Contents"]]
+        assert len(keys) == 5
+        assert put(keys[0]) == "ok"  # an overwrite is not one more object
+        assert put("late") == "QuotaExceeded"
+        c.abort_multipart_upload(Bucket="bkt", Key="big", UploadId=uid)
+        assert put("late") == "ok"
+        c.delete_object(Bucket="bkt", Key=keys[0])
+        with pytest.raises(ClientError) as e:
+            c.create_multipart_upload(Bucket="bkt", Key="x2")
+            c.create_multipart_upload(Bucket="bkt", Key="x3")
+        assert e.value.response["Error"]["Code"] == "QuotaExceeded"
+        assert "objects" in e.value.response["Error"]["Message"]
+    finally:
+        gw.stop()
+    assert gw.tenant_objects() == {"counted": 6}

@@ -68,6 +68,7 @@ pub struct FileTenant {
     pub access_key: String,
     pub secret_key: String,
     pub capacity: Option<ByteSize>,
+    pub max_objects: Option<u64>,
     pub reservation: Option<Rate>,
     pub weight: Option<f64>,
     pub limit: Option<Rate>,

@@ -132,6 +132,9 @@ pub struct Tenant {
     pub secret_key: String,
     /// Hard quota on the shared tier, bytes.
     pub capacity: u64,
+    /// How many objects and multipart uploads in progress the tenant may hold on the shared
+    /// tier (each costs the catalog a record the byte quota does not count); `u64::MAX`: any.
+    pub max_objects: u64,
     pub qos: Qos,
     pub local: LocalSpec,
 }

@@ -249,6 +249,9 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
     if t.secret_key.len() < 8 {
         return Err(ConfigError::invalid("secret_key", "at least 8 characters"));
     }
+    if t.max_objects == Some(0) {
+        return Err(ConfigError::invalid("max_objects", "must be at least 1"));
+    }
     let weight = t.weight.unwrap_or(1.0);
     positive("weight", weight)?;
     let reservation = t.reservation.map_or(0.0, |r| r.0);
@@ -294,6 +297,7 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
         access_key: t.access_key,
         secret_key: t.secret_key,
         capacity: t.capacity.map_or(u64::MAX, |c| c.0),
+        max_objects: t.max_objects.unwrap_or(u64::MAX),
         qos: Qos {
             reservation,
             weight,
@@ -375,6 +379,18 @@ mod tests {
         assert!(err.contains("backend.access_key"), "{err}");
         let c = parse("[backend]\nurl = \"s3://tier\"\nendpoint = \"http://127.0.0.1:8333\"\naccess_key = \"a\"\nsecret_key = \"b\"\n").expect("valid");
         assert!(matches!(c.backend, Backend::S3(ref s) if s.bucket == "tier"));
+    }
+
+    #[test]
+    fn max_objects_is_optional_and_at_least_one() {
+        let c = parse(ALICE).expect("valid");
+        assert_eq!(c.tenants[0].max_objects, u64::MAX);
+        let c = parse(&format!("{ALICE}max_objects = 1000\n")).expect("valid");
+        assert_eq!(c.tenants[0].max_objects, 1000);
+        let err = parse(&format!("{ALICE}max_objects = 0\n"))
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("tenant[0] \"alice\": max_objects"), "{err}");
     }
 
     #[test]

@@ -144,6 +144,7 @@ impl Control {
         }
         for t in &new.tenants {
             self.catalog.ledger().set_quota(&t.id, t.capacity);
+            self.catalog.ledger().set_max_objects(&t.id, t.max_objects);
         }
         self.tenants.replace(tenant_keys(&new));
         *self

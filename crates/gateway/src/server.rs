@@ -71,6 +71,7 @@ impl Gateway {
         };
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.capacity);
+            catalog.ledger().set_max_objects(&t.id, t.max_objects);
         }
         let grain = g
             .throttle

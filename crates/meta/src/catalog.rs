@@ -254,11 +254,13 @@ impl Catalog {
         }
         self.finish(txn)?;
         self.ledger.free(tenant, expected.size);
+        self.ledger.free_objects(tenant, 1);
         Ok(true)
     }
 
     fn recompute_usage(&self) -> Result<ReconcileReport> {
         let mut actual: BTreeMap<String, u64> = BTreeMap::new();
+        let mut counts: BTreeMap<String, u64> = BTreeMap::new();
         let txn = self.begin()?;
         let mut report = ReconcileReport::default();
         {
@@ -268,6 +270,7 @@ impl Catalog {
                     .ok_or_else(|| MetaError::Corrupt("object key".into()))?;
                 let rec = decode_object(v.value())?;
                 *actual.entry(tenant.to_owned()).or_default() += rec.size;
+                *counts.entry(tenant.to_owned()).or_default() += 1;
             }
             for row in txn.open_table(UPLOADS)?.iter()? {
                 let (k, v) = row?;
@@ -275,6 +278,7 @@ impl Catalog {
                     .ok_or_else(|| MetaError::Corrupt("upload key".into()))?;
                 let rec: UploadRecord = decode(v.value())?;
                 *actual.entry(tenant.to_owned()).or_default() += rec.bytes();
+                *counts.entry(tenant.to_owned()).or_default() += 1;
             }
             let mut usage = txn.open_table(USAGE)?;
             let stored: Vec<(String, u64)> = usage
@@ -304,7 +308,8 @@ impl Catalog {
         }
         self.finish(txn)?;
         for (tenant, bytes) in actual {
-            self.ledger.set_used(&tenant, bytes);
+            let objects = counts.get(&tenant).copied().unwrap_or(0);
+            self.ledger.set_used(&tenant, bytes, objects);
         }
         report.usage_fixed.sort();
         report.usage_fixed.dedup();
@@ -360,7 +365,7 @@ impl Catalog {
     pub fn delete_bucket(&self, tenant: &str, bucket: &str) -> Result<Vec<String>> {
         let txn = self.begin()?;
         let mut blobs = Vec::new();
-        let mut freed = 0;
+        let (mut freed, mut aborted) = (0, 0);
         {
             let mut buckets = txn.open_table(BUCKETS)?;
             let k = keys::bucket(tenant, bucket);
@@ -387,6 +392,7 @@ impl Catalog {
                 let (_, v) = row?;
                 let rec: UploadRecord = decode(v.value())?;
                 freed += rec.bytes();
+                aborted += 1;
                 blobs.extend(rec.parts.into_values().map(|p| p.blob));
             }
             buckets.remove(k.as_slice())?;
@@ -395,6 +401,7 @@ impl Catalog {
         }
         self.finish(txn)?;
         self.ledger.free(tenant, freed);
+        self.ledger.free_objects(tenant, aborted);
         Ok(blobs)
     }
 
@@ -466,7 +473,7 @@ impl Catalog {
     ) -> Result<Option<ObjectRecord>> {
         let value = encode_object(rec, body)?;
         let txn = self.begin()?;
-        let old = {
+        let (old, slot) = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
             let k = keys::entry(tenant, bucket, key);
@@ -474,6 +481,11 @@ impl Catalog {
                 .insert(k.as_slice(), value.as_slice())?
                 .map(|v| decode_object(v.value()))
                 .transpose()?;
+            // A new key is one more object; an overwrite is not.
+            let slot = match old {
+                None => Some(self.ledger.take_object(tenant)?),
+                Some(_) => None,
+            };
             add_usage(&txn, tenant, rec.size, old.as_ref().map_or(0, |o| o.size))?;
             self.notify(
                 &txn,
@@ -486,9 +498,12 @@ impl Catalog {
                     replaced: old.as_ref(),
                 },
             )?;
-            old
+            (old, slot)
         };
         self.finish(txn)?;
+        if let Some(slot) = slot {
+            slot.keep();
+        }
         reservation.settle(rec.size, old.as_ref().map_or(0, |o| o.size));
         Ok(old)
     }
@@ -527,7 +542,10 @@ impl Catalog {
             return Ok(None);
         }
         self.finish(txn)?;
-        self.ledger.free(tenant, old.as_ref().map_or(0, |o| o.size));
+        if let Some(o) = &old {
+            self.ledger.free(tenant, o.size);
+            self.ledger.free_objects(tenant, 1);
+        }
         Ok(old)
     }
 
@@ -604,14 +622,17 @@ impl Catalog {
         rec: &UploadRecord,
     ) -> Result<()> {
         let txn = self.begin()?;
-        {
+        let slot = {
             require_bucket(&txn, tenant, bucket)?;
+            let slot = self.ledger.take_object(tenant)?;
             txn.open_table(UPLOADS)?.insert(
                 keys::entry(tenant, bucket, upload_id).as_slice(),
                 to_json(rec).as_slice(),
             )?;
-        }
+            slot
+        };
         self.finish(txn)?;
+        slot.keep();
         Ok(())
     }
 
@@ -730,6 +751,9 @@ impl Catalog {
         };
         self.finish(txn)?;
         self.ledger.free(tenant, freed);
+        // The upload became the object: one fewer only if it replaced one.
+        self.ledger
+            .free_objects(tenant, u64::from(replaced.is_some()));
         Ok((object, replaced, unused))
     }
 
@@ -760,6 +784,7 @@ impl Catalog {
         };
         self.finish(txn)?;
         self.ledger.free(tenant, rec.bytes());
+        self.ledger.free_objects(tenant, 1);
         Ok(rec.parts.into_values().map(|p| p.blob).collect())
     }
 

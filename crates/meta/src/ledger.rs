@@ -10,11 +10,26 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::{MetaError, Result};
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Account {
     used: u64,
     reserved: u64,
     quota: u64,
+    /// Objects plus multipart uploads in progress: what costs the catalog a record.
+    objects: u64,
+    max_objects: u64,
+}
+
+impl Default for Account {
+    fn default() -> Self {
+        Self {
+            used: 0,
+            reserved: 0,
+            quota: 0,
+            objects: 0,
+            max_objects: u64::MAX,
+        }
+    }
 }
 
 type Shared = Arc<Mutex<Account>>;
@@ -28,6 +43,29 @@ fn lock(a: &Shared) -> MutexGuard<'_, Account> {
 #[derive(Debug, Default)]
 pub struct Ledger {
     accounts: RwLock<HashMap<String, Shared>>,
+}
+
+/// One more object (or upload) counted for a write in progress: taken inside the catalog
+/// transaction that adds the record, kept once it commits, given back if dropped before.
+#[derive(Debug)]
+pub(crate) struct ObjectSlot {
+    account: Shared,
+    kept: bool,
+}
+
+impl ObjectSlot {
+    pub(crate) fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for ObjectSlot {
+    fn drop(&mut self) {
+        if !self.kept {
+            let mut a = lock(&self.account);
+            a.objects = a.objects.saturating_sub(1);
+        }
+    }
 }
 
 /// Space held for a write in progress. Dropping it gives the space back; settling it turns
@@ -66,9 +104,52 @@ impl Ledger {
         lock(&self.account_or_insert(tenant)).quota = quota;
     }
 
-    /// Sets a tenant's committed usage, as recovered from the catalog at start-up.
-    pub(crate) fn set_used(&self, tenant: &str, used: u64) {
-        lock(&self.account_or_insert(tenant)).used = used;
+    /// Sets how many objects and multipart uploads in progress a tenant may hold (adding the
+    /// tenant if new). Lowering it below the current count refuses new ones, deletes nothing.
+    pub fn set_max_objects(&self, tenant: &str, max: u64) {
+        lock(&self.account_or_insert(tenant)).max_objects = max;
+    }
+
+    /// Sets a tenant's committed usage and object count, as recovered from the catalog at
+    /// start-up.
+    pub(crate) fn set_used(&self, tenant: &str, used: u64, objects: u64) {
+        let account = self.account_or_insert(tenant);
+        let mut a = lock(&account);
+        a.used = used;
+        a.objects = objects;
+    }
+
+    /// Counts one more object or upload, or fails with `TooManyObjects`.
+    pub(crate) fn take_object(&self, tenant: &str) -> Result<ObjectSlot> {
+        let account = self.account_or_insert(tenant);
+        {
+            let mut a = lock(&account);
+            if a.objects >= a.max_objects {
+                return Err(MetaError::TooManyObjects { max: a.max_objects });
+            }
+            a.objects += 1;
+        }
+        Ok(ObjectSlot {
+            account,
+            kept: false,
+        })
+    }
+
+    /// Stops counting `n` objects or uploads (deleted, aborted, replaced).
+    pub(crate) fn free_objects(&self, tenant: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let account = self.account_or_insert(tenant);
+        let mut a = lock(&account);
+        a.objects = a.objects.saturating_sub(n);
+    }
+
+    /// `(objects, max_objects)` of a tenant: objects plus multipart uploads in progress.
+    pub fn objects(&self, tenant: &str) -> Option<(u64, u64)> {
+        let a = self.account(tenant).ok()?;
+        let a = lock(&a);
+        Some((a.objects, a.max_objects))
     }
 
     /// Takes `bytes` of the tenant's quota or fails with `QuotaExceeded`.
@@ -203,7 +284,7 @@ mod tests {
     fn settle_moves_reserved_to_used_and_frees() {
         let ledger = Ledger::default();
         ledger.set_quota("t", 100);
-        ledger.set_used("t", 30);
+        ledger.set_used("t", 30, 0);
         let r = ledger.reserve("t", 50).expect("fits");
         assert!(matches!(
             ledger.reserve("t", 21),

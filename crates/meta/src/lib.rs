@@ -69,6 +69,11 @@ pub enum MetaError {
         available: u64,
         quota: u64,
     },
+    #[error(
+        "object count quota exceeded: the tenant holds its maximum of {max} objects and \
+         multipart uploads in progress"
+    )]
+    TooManyObjects { max: u64 },
     #[error("unknown tenant")]
     UnknownTenant,
     #[error("metadata store: {0}")]

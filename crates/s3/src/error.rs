@@ -85,7 +85,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
             MetaError::InvalidPart(_) => with(C::InvalidPart, msg),
             MetaError::InvalidPartOrder => with(C::InvalidPartOrder, msg),
             MetaError::EntityTooSmall(_) => with(C::EntityTooSmall, msg),
-            MetaError::QuotaExceeded { .. } => {
+            MetaError::QuotaExceeded { .. } | MetaError::TooManyObjects { .. } => {
                 let mut err = with(C::Custom("QuotaExceeded".into()), msg);
                 err.set_status_code(http::StatusCode::FORBIDDEN);
                 err

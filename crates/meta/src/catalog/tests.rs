@@ -575,3 +575,68 @@ fn a_hook_hears_an_inline_body_with_its_put() {
         vec![Some(b"inline bytes".to_vec()), None]
     );
 }
+
+#[test]
+fn the_object_count_holds_objects_and_uploads_to_the_tenants_maximum() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("meta.redb");
+    let (c, _) = Catalog::open(&path).expect("open");
+    c.ledger().set_quota("a", 1 << 30);
+    c.ledger().set_max_objects("a", 3);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put(&c, "a", "k1", 1);
+    put(&c, "a", "k2", 1);
+    let up = |key: &str| UploadRecord {
+        key: key.into(),
+        ..UploadRecord::default()
+    };
+    c.create_upload("a", "bkt", "u1", &up("big"))
+        .expect("upload");
+    assert_eq!(c.ledger().objects("a"), Some((3, 3)));
+    let full = |r: Result<()>| matches!(r, Err(MetaError::TooManyObjects { max: 3 }));
+    // A new key, a new upload: refused, nothing left behind; the reservation comes back.
+    let r = c.ledger().reserve("a", 1).expect("reserve");
+    assert!(full(
+        c.put_object("a", "bkt", "k3", &obj(1, "k3"), None, r)
+            .map(|_| ())
+    ));
+    assert!(c.get_object("a", "bkt", "k3").expect("get").is_none());
+    assert!(full(c.create_upload("a", "bkt", "u2", &up("x"))));
+    assert_eq!(c.ledger().usage("a").map(|u| (u.0, u.1)), Some((2, 0)));
+    // An overwrite is not one more object.
+    put(&c, "a", "k1", 5);
+    // Aborting an upload or deleting an object makes room; each room is taken once.
+    c.abort_upload("a", "bkt", "u1", "big").expect("abort");
+    put(&c, "a", "k3", 1);
+    assert!(full(c.create_upload("a", "bkt", "u2", &up("x"))));
+    c.delete_object("a", "bkt", "k2").expect("delete");
+    c.create_upload("a", "bkt", "u2", &up("k1"))
+        .expect("upload");
+    assert_eq!(c.ledger().objects("a"), Some((3, 3)));
+    drop(c);
+    // Recounted from the catalog at start.
+    let (c, _) = Catalog::open(&path).expect("reopen");
+    c.ledger().set_quota("a", 1 << 30);
+    c.ledger().set_max_objects("a", 3);
+    assert_eq!(c.ledger().objects("a"), Some((3, 3)));
+    // Completing an upload over an existing key: the upload becomes the object, one fewer.
+    let etag = "0cc175b9c0f1b6a831c399e269772661";
+    let r = c.ledger().reserve("a", 10).expect("reserve");
+    let part = PartRecord {
+        blob: "p1".into(),
+        size: 10,
+        etag: etag.into(),
+        last_modified_ms: 1,
+    };
+    c.put_part("a", "bkt", "u2", "k1", 1, part, r)
+        .expect("part");
+    let spec = [PartSpec {
+        number: 1,
+        etag: format!("\"{etag}\""),
+    }];
+    let (_, replaced, _) = c
+        .complete_upload("a", "bkt", "u2", "k1", &spec, 2)
+        .expect("complete");
+    assert!(replaced.is_some());
+    assert_eq!(c.ledger().objects("a"), Some((2, 3)));
+}

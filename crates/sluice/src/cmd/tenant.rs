@@ -1,4 +1,5 @@
-//! `sluice tenant list`: usage and quota per tenant, from the gateway's ledger.
+//! `sluice tenant list`: usage and quota per tenant (bytes, and objects with multipart
+//! uploads in progress), from the gateway's ledger.
 //!
 //! Reads the catalog file directly, so the gateway must be stopped (redb holds an exclusive
 //! lock while it runs); the figures are those the gateway itself would load at start.
@@ -42,21 +43,27 @@ fn list(args: &ListArgs) -> anyhow::Result<()> {
     })?;
     for t in &config.tenants {
         catalog.ledger().set_quota(&t.id, t.capacity);
+        catalog.ledger().set_max_objects(&t.id, t.max_objects);
     }
     let rows = catalog.ledger().all();
+    let objects = |id: &str| catalog.ledger().objects(id).unwrap_or((0, u64::MAX));
     if args.json {
         let v: Vec<_> = rows
             .iter()
             .map(|(id, used, _, quota)| {
-                serde_json::json!({ "tenant": id, "used_bytes": used, "quota_bytes": quota })
+                let (n, max) = objects(id);
+                serde_json::json!({
+                    "tenant": id, "used_bytes": used, "quota_bytes": quota,
+                    "objects": n, "max_objects": (max != u64::MAX).then_some(max),
+                })
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     println!(
-        "{:<20} {:>14} {:>14} {:>7}",
-        "TENANT", "USED", "QUOTA", "USE%"
+        "{:<20} {:>14} {:>14} {:>7} {:>12} {:>12}",
+        "TENANT", "USED", "QUOTA", "USE%", "OBJECTS", "MAX OBJECTS"
     );
     for (id, used, _, quota) in rows {
         let pct = if quota == 0 || quota == u64::MAX {
@@ -69,8 +76,14 @@ fn list(args: &ListArgs) -> anyhow::Result<()> {
         } else {
             sluice_units::ByteSize(quota).to_string()
         };
+        let (n, max) = objects(&id);
+        let max = if max == u64::MAX {
+            "unlimited".to_owned()
+        } else {
+            max.to_string()
+        };
         println!(
-            "{id:<20} {:>14} {q:>14} {pct:>7}",
+            "{id:<20} {:>14} {q:>14} {pct:>7} {n:>12} {max:>12}",
             sluice_units::ByteSize(used).to_string()
         );
     }
