@@ -121,7 +121,7 @@ impl Ledger {
 
     /// Counts one more object or upload, or fails with `TooManyObjects`.
     pub(crate) fn take_object(&self, tenant: &str) -> Result<ObjectSlot> {
-        let account = self.account_or_insert(tenant);
+        let account = self.account(tenant)?;
         {
             let mut a = lock(&account);
             if a.objects >= a.max_objects {
