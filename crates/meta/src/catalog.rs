@@ -253,8 +253,7 @@ impl Catalog {
             add_usage(&txn, tenant, 0, expected.size)?;
         }
         self.finish(txn)?;
-        self.ledger.free(tenant, expected.size);
-        self.ledger.free_objects(tenant, 1);
+        self.ledger.free(tenant, expected.size, 1);
         Ok(true)
     }
 
@@ -400,8 +399,7 @@ impl Catalog {
             self.notify(&txn, &Change::BucketDeleted { tenant, bucket })?;
         }
         self.finish(txn)?;
-        self.ledger.free(tenant, freed);
-        self.ledger.free_objects(tenant, aborted);
+        self.ledger.free(tenant, freed, aborted);
         Ok(blobs)
     }
 
@@ -543,8 +541,7 @@ impl Catalog {
         }
         self.finish(txn)?;
         if let Some(o) = &old {
-            self.ledger.free(tenant, o.size);
-            self.ledger.free_objects(tenant, 1);
+            self.ledger.free(tenant, o.size, 1);
         }
         Ok(old)
     }
@@ -750,10 +747,9 @@ impl Catalog {
             )
         };
         self.finish(txn)?;
-        self.ledger.free(tenant, freed);
         // The upload became the object: one fewer only if it replaced one.
         self.ledger
-            .free_objects(tenant, u64::from(replaced.is_some()));
+            .free(tenant, freed, u64::from(replaced.is_some()));
         Ok((object, replaced, unused))
     }
 
@@ -783,8 +779,7 @@ impl Catalog {
             rec
         };
         self.finish(txn)?;
-        self.ledger.free(tenant, rec.bytes());
-        self.ledger.free_objects(tenant, 1);
+        self.ledger.free(tenant, rec.bytes(), 1);
         Ok(rec.parts.into_values().map(|p| p.blob).collect())
     }
 

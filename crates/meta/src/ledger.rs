@@ -135,16 +135,6 @@ impl Ledger {
         })
     }
 
-    /// Stops counting `n` objects or uploads (deleted, aborted, replaced).
-    pub(crate) fn free_objects(&self, tenant: &str, n: u64) {
-        if n == 0 {
-            return;
-        }
-        let account = self.account_or_insert(tenant);
-        let mut a = lock(&account);
-        a.objects = a.objects.saturating_sub(n);
-    }
-
     /// `(objects, max_objects)` of a tenant: objects plus multipart uploads in progress.
     pub fn objects(&self, tenant: &str) -> Option<(u64, u64)> {
         let a = self.account(tenant).ok()?;
@@ -180,14 +170,15 @@ impl Ledger {
         out
     }
 
-    /// Gives back committed bytes (a delete, an abort, a replaced object).
-    pub(crate) fn free(&self, tenant: &str, bytes: u64) {
-        if bytes == 0 {
+    /// Gives back committed bytes and object slots (a delete, an abort, a replaced object).
+    pub(crate) fn free(&self, tenant: &str, bytes: u64, objects: u64) {
+        if bytes == 0 && objects == 0 {
             return;
         }
         let account = self.account_or_insert(tenant);
         let mut a = lock(&account);
         a.used = a.used.saturating_sub(bytes);
+        a.objects = a.objects.saturating_sub(objects);
     }
 }
 
