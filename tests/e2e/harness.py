@@ -57,6 +57,7 @@ class Tenant:
     secret_key: str
     capacity: str = "1GiB"
     max_objects: int | None = None
+    max_buckets: int | None = None
 
 
 DEFAULT_TENANTS = [
@@ -127,6 +128,8 @@ class Gateway:
             ]
             if t.max_objects is not None:
                 lines.append(f"max_objects = {t.max_objects}")
+            if t.max_buckets is not None:
+                lines.append(f"max_buckets = {t.max_buckets}")
         self.config_path.write_text("\n".join(lines) + "\n")
 
     def start(self) -> "Gateway":

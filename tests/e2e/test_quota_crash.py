@@ -202,3 +202,21 @@ def test_the_object_count_quota_holds_under_concurrent_writers(tmp_path):
     finally:
         gw.stop()
     assert gw.tenant_objects() == {"counted": 6}
+
+
+def test_a_tenant_owns_at_most_max_buckets(tmp_path):
+    owner = Tenant("owner", "AKIDOWNER0000TEST", "owner-secret-0123456789", max_buckets=2)
+    gw = Gateway(tmp_path, Backend("local"), tenants=[owner]).start()
+    try:
+        c = gw.client(owner)
+        c.create_bucket(Bucket="one")
+        c.create_bucket(Bucket="two")
+        with pytest.raises(ClientError) as e:
+            c.create_bucket(Bucket="three")
+        assert e.value.response["Error"]["Code"] == "TooManyBuckets"
+        assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        assert [b["Name"] for b in c.list_buckets()["Buckets"]] == ["one", "two"]
+        c.delete_bucket(Bucket="one")
+        c.create_bucket(Bucket="three")
+    finally:
+        gw.stop()

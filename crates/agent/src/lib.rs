@@ -117,6 +117,8 @@ impl Agent {
         let catalog = catalog.with_hook(hook);
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.local.local_capacity);
+            // The gateway's bucket limit: a bucket made here must be one it will accept.
+            catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
         }
         let local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
         let blobs = Arc::new(

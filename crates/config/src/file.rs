@@ -69,6 +69,7 @@ pub struct FileTenant {
     pub secret_key: String,
     pub capacity: Option<ByteSize>,
     pub max_objects: Option<u64>,
+    pub max_buckets: Option<u64>,
     pub reservation: Option<Rate>,
     pub weight: Option<f64>,
     pub limit: Option<Rate>,

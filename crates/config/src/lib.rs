@@ -124,6 +124,9 @@ pub struct AgentConfig {
     pub status_listen: Option<String>,
 }
 
+/// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).
+pub const DEFAULT_MAX_BUCKETS: u64 = 1000;
+
 /// A tenant: identity, keys, and its share of each isolation boundary.
 #[derive(Debug, Clone)]
 pub struct Tenant {
@@ -135,6 +138,8 @@ pub struct Tenant {
     /// How many objects and multipart uploads in progress the tenant may hold on the shared
     /// tier (each costs the catalog a record the byte quota does not count); `u64::MAX`: any.
     pub max_objects: u64,
+    /// How many buckets the tenant may own (default [`DEFAULT_MAX_BUCKETS`], as Ceph RGW).
+    pub max_buckets: u64,
     pub qos: Qos,
     pub local: LocalSpec,
 }

@@ -252,6 +252,9 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
     if t.max_objects == Some(0) {
         return Err(ConfigError::invalid("max_objects", "must be at least 1"));
     }
+    if t.max_buckets == Some(0) {
+        return Err(ConfigError::invalid("max_buckets", "must be at least 1"));
+    }
     let weight = t.weight.unwrap_or(1.0);
     positive("weight", weight)?;
     let reservation = t.reservation.map_or(0.0, |r| r.0);
@@ -298,6 +301,7 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
         secret_key: t.secret_key,
         capacity: t.capacity.map_or(u64::MAX, |c| c.0),
         max_objects: t.max_objects.unwrap_or(u64::MAX),
+        max_buckets: t.max_buckets.unwrap_or(crate::DEFAULT_MAX_BUCKETS),
         qos: Qos {
             reservation,
             weight,
@@ -385,6 +389,11 @@ mod tests {
     fn max_objects_is_optional_and_at_least_one() {
         let c = parse(ALICE).expect("valid");
         assert_eq!(c.tenants[0].max_objects, u64::MAX);
+        assert_eq!(c.tenants[0].max_buckets, crate::DEFAULT_MAX_BUCKETS);
+        let err = parse(&format!("{ALICE}max_buckets = 0\n"))
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("tenant[0] \"alice\": max_buckets"), "{err}");
         let c = parse(&format!("{ALICE}max_objects = 1000\n")).expect("valid");
         assert_eq!(c.tenants[0].max_objects, 1000);
         let err = parse(&format!("{ALICE}max_objects = 0\n"))

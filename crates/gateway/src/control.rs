@@ -145,6 +145,7 @@ impl Control {
         for t in &new.tenants {
             self.catalog.ledger().set_quota(&t.id, t.capacity);
             self.catalog.ledger().set_max_objects(&t.id, t.max_objects);
+            self.catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
         }
         self.tenants.replace(tenant_keys(&new));
         *self

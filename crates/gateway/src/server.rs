@@ -72,6 +72,7 @@ impl Gateway {
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.capacity);
             catalog.ledger().set_max_objects(&t.id, t.max_objects);
+            catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
         }
         let grain = g
             .throttle

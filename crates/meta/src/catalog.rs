@@ -350,6 +350,19 @@ impl Catalog {
             if t.get(k.as_slice())?.is_some() {
                 return Err(MetaError::BucketExists);
             }
+            let max = self.ledger.max_buckets(tenant);
+            if max != u64::MAX {
+                let prefix = keys::tenant_prefix(tenant);
+                let end = keys::prefix_end(&prefix);
+                let owned = t.range::<&[u8]>(prefix_bounds(&prefix, end.as_deref()))?;
+                if owned
+                    .take(usize::try_from(max).unwrap_or(usize::MAX))
+                    .count() as u64
+                    >= max
+                {
+                    return Err(MetaError::TooManyBuckets { max });
+                }
+            }
             t.insert(
                 k.as_slice(),
                 to_json(&BucketRecord { created_ms: now_ms }).as_slice(),

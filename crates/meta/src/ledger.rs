@@ -18,6 +18,7 @@ struct Account {
     /// Objects plus multipart uploads in progress: what costs the catalog a record.
     objects: u64,
     max_objects: u64,
+    max_buckets: u64,
 }
 
 impl Default for Account {
@@ -28,6 +29,7 @@ impl Default for Account {
             quota: 0,
             objects: 0,
             max_objects: u64::MAX,
+            max_buckets: u64::MAX,
         }
     }
 }
@@ -108,6 +110,18 @@ impl Ledger {
     /// tenant if new). Lowering it below the current count refuses new ones, deletes nothing.
     pub fn set_max_objects(&self, tenant: &str, max: u64) {
         lock(&self.account_or_insert(tenant)).max_objects = max;
+    }
+
+    /// Sets how many buckets a tenant may own (adding the tenant if new); lowering it deletes
+    /// nothing.
+    pub fn set_max_buckets(&self, tenant: &str, max: u64) {
+        lock(&self.account_or_insert(tenant)).max_buckets = max;
+    }
+
+    /// How many buckets a tenant may own (`u64::MAX`: any, or an unknown tenant).
+    pub(crate) fn max_buckets(&self, tenant: &str) -> u64 {
+        self.account(tenant)
+            .map_or(u64::MAX, |a| lock(&a).max_buckets)
     }
 
     /// Sets a tenant's committed usage and object count, as recovered from the catalog at

@@ -74,6 +74,8 @@ pub enum MetaError {
          multipart uploads in progress"
     )]
     TooManyObjects { max: u64 },
+    #[error("the tenant owns its maximum of {max} buckets")]
+    TooManyBuckets { max: u64 },
     #[error("unknown tenant")]
     UnknownTenant,
     #[error("metadata store: {0}")]

@@ -81,6 +81,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
             MetaError::NoSuchBucket => with(C::NoSuchBucket, msg),
             MetaError::BucketExists => with(C::BucketAlreadyOwnedByYou, msg),
             MetaError::BucketNotEmpty => with(C::BucketNotEmpty, msg),
+            MetaError::TooManyBuckets { .. } => with(C::TooManyBuckets, msg),
             MetaError::NoSuchUpload => with(C::NoSuchUpload, msg),
             MetaError::InvalidPart(_) => with(C::InvalidPart, msg),
             MetaError::InvalidPartOrder => with(C::InvalidPartOrder, msg),

@@ -640,3 +640,24 @@ fn the_object_count_holds_objects_and_uploads_to_the_tenants_maximum() {
     assert!(replaced.is_some());
     assert_eq!(c.ledger().objects("a"), Some((2, 3)));
 }
+
+#[test]
+fn a_tenant_owns_at_most_its_maximum_of_buckets() {
+    let (_d, c) = open();
+    c.ledger().set_max_buckets("a", 2);
+    c.create_bucket("a", "one", 1).expect("one");
+    c.create_bucket("a", "two", 1).expect("two");
+    assert!(matches!(
+        c.create_bucket("a", "three", 1),
+        Err(MetaError::TooManyBuckets { max: 2 })
+    ));
+    // Another tenant's buckets do not count, nor does a name already owned (BucketExists).
+    c.create_bucket("b", "three", 1).expect("b's");
+    assert!(matches!(
+        c.create_bucket("a", "two", 1),
+        Err(MetaError::BucketExists)
+    ));
+    c.delete_bucket("a", "one").expect("delete");
+    c.create_bucket("a", "three", 1).expect("room again");
+    assert_eq!(c.list_buckets("a").expect("list").len(), 2);
+}
