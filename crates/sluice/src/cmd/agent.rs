@@ -1,9 +1,7 @@
 //! `sluice agent --config FILE`: serve the node agent until SIGINT/SIGTERM.
 //! `sluice agent status --config FILE [--metrics]`: print a running agent's status.
 
-use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use sluice_agent::Agent;
@@ -76,7 +74,14 @@ fn status(path: &Path, metrics: bool) -> anyhow::Result<()> {
     let body = match (&a.status_listen, metrics) {
         (Some(addr), _) => {
             let route = if metrics { "/metrics" } else { "/status" };
-            http_get(addr, route).with_context(|| format!("asking the agent at {addr}"))?
+            let url = format!("http://{addr}{route}");
+            super::runtime()?
+                .block_on(async {
+                    let (status, body) = super::request(http::Method::GET, &url, None, "").await?;
+                    anyhow::ensure!(status.is_success(), "{status}: {body}");
+                    Ok(body)
+                })
+                .with_context(|| format!("asking the agent at {addr}"))?
         }
         (None, true) => bail!(
             "the agent serves metrics on its operator address only: set [agent] status_listen"
@@ -104,7 +109,7 @@ fn tenants_status(config: &Config, listen: &str) -> anyhow::Result<String> {
         for t in &config.tenants {
             let url = format!("http://{listen}/?{}", sluice_agent::server::STATUS_QUERY);
             let keys = (t.access_key.as_str(), t.secret_key.as_str());
-            let (status, text) = super::signed_request(http::Method::GET, &url, keys, region)
+            let (status, text) = super::request(http::Method::GET, &url, Some(keys), region)
                 .await
                 .with_context(|| format!("tenant {}", t.id))?;
             if !status.is_success() {
@@ -119,45 +124,4 @@ fn tenants_status(config: &Config, listen: &str) -> anyhow::Result<String> {
         let doc = serde_json::json!({ "upstream": upstream, "tenants": rows });
         Ok(serde_json::to_string_pretty(&doc)?)
     })
-}
-
-/// A minimal HTTP/1.1 GET (the status endpoint is plain HTTP on loopback).
-fn http_get(addr: &str, path: &str) -> anyhow::Result<String> {
-    let mut s = std::net::TcpStream::connect(addr)?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw)?;
-    let text = String::from_utf8_lossy(&raw);
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP response")?;
-    if !head.starts_with("HTTP/1.1 200") {
-        bail!("{}", head.lines().next().unwrap_or(""));
-    }
-    if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return Ok(dechunk(body));
-    }
-    Ok(body.to_owned())
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || rest.len() < n {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = rest[n..].trim_start_matches("\r\n");
-    }
-    out
 }

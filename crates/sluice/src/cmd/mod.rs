@@ -61,27 +61,30 @@ pub async fn until_signal(
     Ok(())
 }
 
-/// One request with an empty body, signed (SigV4, service `s3`) with `access_key` and
-/// `secret_key`, as an S3 client sends it; the status and the body. For calls `object_store`
-/// has no method for (CreateBucket, the agent's `GET /?sluice-status`).
-pub async fn signed_request(
+/// One request with an empty body; the status and the body. With `keys` (access key, secret
+/// key) it is signed (SigV4, service `s3`) as an S3 client signs it: for calls `object_store`
+/// has no method for (CreateBucket, the agent's `GET /?sluice-status`); without, plain (the
+/// agent's status listener).
+pub async fn request(
     method: http::Method,
     url: &str,
-    (access_key, secret_key): (&str, &str),
+    keys: Option<(&str, &str)>,
     region: &str,
 ) -> anyhow::Result<(http::StatusCode, String)> {
     use object_store::aws::{AwsAuthorizer, AwsCredential};
     use object_store::client::{HttpConnector, HttpRequestBody, ReqwestConnector};
-    let cred = AwsCredential {
-        key_id: access_key.to_owned(),
-        secret_key: secret_key.to_owned(),
-        token: None,
-    };
     let mut req = http::Request::builder()
         .method(method)
         .uri(url)
         .body(HttpRequestBody::from(bytes::Bytes::new()))?;
-    AwsAuthorizer::new(&cred, "s3", region).try_authorize(&mut req, None)?;
+    if let Some((access_key, secret_key)) = keys {
+        let cred = AwsCredential {
+            key_id: access_key.to_owned(),
+            secret_key: secret_key.to_owned(),
+            token: None,
+        };
+        AwsAuthorizer::new(&cred, "s3", region).try_authorize(&mut req, None)?;
+    }
     let client = ReqwestConnector::default().connect(
         &object_store::ClientOptions::new()
             .with_allow_http(true)
