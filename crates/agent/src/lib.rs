@@ -213,12 +213,12 @@ impl Agent {
             None => None,
         };
         let (tx, rx) = watch::channel(false);
-        // Half the gateway's header limit: what a trainer stored here goes upstream with the
-        // drain's own signature and headers, and must fit the gateway's limit whatever they add.
         let own_status = server::TenantStatusRoute {
             drain: Arc::clone(&self.drain),
             tenants: Arc::clone(&self.tenants),
         };
+        // Half the gateway's header limit: what a trainer stored here goes upstream with the
+        // drain's own signature and headers, and must fit the gateway's limit whatever they add.
         let service = sluice_s3::service_with_route(self.node, &self.tenants, own_status)
             .with_header_limit(sluice_s3::HEADER_SECTION_MAX / 2);
         let mut tasks = vec![tokio::spawn(server::serve(
@@ -289,11 +289,11 @@ fn warn_if_overcommitted(
         .sum();
     match rustix::fs::statvfs(dir) {
         Ok(fs) => {
-            let free = fs.f_bavail.saturating_mul(fs.f_frsize);
-            if promised > free.saturating_add(used) {
+            let room = fs.f_bavail.saturating_mul(fs.f_frsize).saturating_add(used);
+            if promised > room {
                 tracing::warn!(
                     promised = %sluice_units::ByteSize(promised),
-                    room = %sluice_units::ByteSize(free.saturating_add(used)),
+                    room = %sluice_units::ByteSize(room),
                     dir = %dir.display(),
                     "the tenants' local quotas add up to more than the disk can hold: a tenant \
                      may find the disk full before its quota"

@@ -33,6 +33,16 @@ pub struct Control {
     pub(crate) config: Arc<std::sync::Mutex<Config>>,
 }
 
+/// Puts the configured tenants' capacity limits into the ledger: bytes, objects (with uploads
+/// in progress) and buckets. At start, on reload, and for `sluice tenant list`.
+pub fn set_tenant_limits(ledger: &sluice_meta::Ledger, config: &Config) {
+    for t in &config.tenants {
+        ledger.set_quota(&t.id, t.capacity);
+        ledger.set_max_objects(&t.id, t.max_objects);
+        ledger.set_max_buckets(&t.id, t.max_buckets);
+    }
+}
+
 /// The dmClock parameters of the configured tenants.
 pub fn tenant_specs(config: &Config) -> Result<Vec<TenantSpec>, GatewayError> {
     config
@@ -142,11 +152,7 @@ impl Control {
                 .await
                 .map_err(|e| GatewayError::Reload(e.to_string()))?;
         }
-        for t in &new.tenants {
-            self.catalog.ledger().set_quota(&t.id, t.capacity);
-            self.catalog.ledger().set_max_objects(&t.id, t.max_objects);
-            self.catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
-        }
+        set_tenant_limits(self.catalog.ledger(), &new);
         self.tenants.replace(tenant_keys(&new));
         *self
             .config

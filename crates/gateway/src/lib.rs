@@ -21,7 +21,7 @@ mod reconcile;
 mod server;
 
 pub use backend::open_backend;
-pub use control::{Control, tenant_specs};
+pub use control::{Control, set_tenant_limits, tenant_specs};
 pub use reconcile::{ReconcileSummary, reconcile};
 pub use server::{Gateway, HEADER_READ_TIMEOUT, Running, serve_http};
 

@@ -69,11 +69,7 @@ impl Gateway {
                 .await
                 .map_err(|e| GatewayError::Reconcile(e.to_string()))??
         };
-        for t in &config.tenants {
-            catalog.ledger().set_quota(&t.id, t.capacity);
-            catalog.ledger().set_max_objects(&t.id, t.max_objects);
-            catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
-        }
+        crate::set_tenant_limits(catalog.ledger(), config);
         let grain = g
             .throttle
             .map_or(sluice_s3::blob::DEFAULT_GRAIN, |c| c.grain);

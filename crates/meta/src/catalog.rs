@@ -352,14 +352,12 @@ impl Catalog {
             }
             let max = self.ledger.max_buckets(tenant);
             if max != u64::MAX {
+                // Counted up to the limit only.
                 let prefix = keys::tenant_prefix(tenant);
                 let end = keys::prefix_end(&prefix);
+                let limit = usize::try_from(max).unwrap_or(usize::MAX);
                 let owned = t.range::<&[u8]>(prefix_bounds(&prefix, end.as_deref()))?;
-                if owned
-                    .take(usize::try_from(max).unwrap_or(usize::MAX))
-                    .count() as u64
-                    >= max
-                {
+                if owned.take(limit).count() == limit {
                     return Err(MetaError::TooManyBuckets { max });
                 }
             }

@@ -41,10 +41,7 @@ fn list(args: &ListArgs) -> anyhow::Result<()> {
             path.display()
         )
     })?;
-    for t in &config.tenants {
-        catalog.ledger().set_quota(&t.id, t.capacity);
-        catalog.ledger().set_max_objects(&t.id, t.max_objects);
-    }
+    sluice_gateway::set_tenant_limits(catalog.ledger(), &config);
     let rows = catalog.ledger().all();
     let objects = |id: &str| catalog.ledger().objects(id).unwrap_or((0, u64::MAX));
     if args.json {
