@@ -3,6 +3,9 @@
 
 mod cmd;
 
+#[global_allocator]
+static ALLOC: sluice_alloc::PageAligned = sluice_alloc::PageAligned;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
