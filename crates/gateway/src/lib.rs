@@ -16,6 +16,7 @@
 mod backend;
 mod control;
 pub mod device;
+pub mod framing;
 pub mod local;
 mod reconcile;
 mod server;

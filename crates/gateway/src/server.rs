@@ -14,6 +14,8 @@ use sluice_metrics::Metrics;
 use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
 use sluice_throttle::{Throttle, ThrottleConfig};
 use tokio::net::TcpListener;
+
+use crate::framing::PageReads;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -232,7 +234,7 @@ pub async fn serve_http<S, B>(
                     }
                 };
                 let _ = sock.set_nodelay(true);
-                let conn = http.serve_connection(TokioIo::new(sock), service.clone()).into_owned();
+                let conn = http.serve_connection(TokioIo::new(PageReads::new(sock)), service.clone()).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
