@@ -14,11 +14,10 @@ use sluice_metrics::Metrics;
 use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
 use sluice_throttle::{Throttle, ThrottleConfig};
 use tokio::net::TcpListener;
-
-use crate::framing::PageReads;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::framing::PageReads;
 use crate::{
     Control, GatewayError, ReconcileSummary, gateway_section, open_backend, reconcile, tenant_specs,
 };
@@ -198,7 +197,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// Accepts connections on `listener` and serves HTTP/1.1 and HTTP/2 with `service` until
 /// `stop` turns true, then lets requests in flight finish (bounded). Headers must arrive
 /// within `header_timeout` ([`HEADER_READ_TIMEOUT`]); HTTP/2 peers that stop answering pings
-/// are dropped. Every listener of the gateway and the node agent.
+/// are dropped. Reads end on pages of request bodies ([`PageReads`]), so that large bodies
+/// reach the local disk without a copy. Every listener of the gateway and the node agent.
 pub async fn serve_http<S, B>(
     listener: TcpListener,
     service: S,
@@ -234,7 +234,8 @@ pub async fn serve_http<S, B>(
                     }
                 };
                 let _ = sock.set_nodelay(true);
-                let conn = http.serve_connection(TokioIo::new(PageReads::new(sock)), service.clone()).into_owned();
+                let io = TokioIo::new(PageReads::new(sock));
+                let conn = http.serve_connection(io, service.clone()).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

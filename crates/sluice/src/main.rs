@@ -3,10 +3,11 @@
 
 mod cmd;
 
+use clap::{Parser, Subcommand};
+
+/// Large blocks on a page: see `sluice_alloc` (request bodies reach the disk without a copy).
 #[global_allocator]
 static ALLOC: sluice_alloc::PageAligned = sluice_alloc::PageAligned;
-
-use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
