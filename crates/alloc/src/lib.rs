@@ -36,6 +36,14 @@ fn carrier(layout: Layout) -> Option<Layout> {
     Layout::from_size_align(layout.size().checked_add(PAGE)?, layout.align()).ok()
 }
 
+/// Where the system block's address is kept for the large block at `block`: the word before
+/// it (aligned, as `block` is page-aligned).
+#[allow(unsafe_code, clippy::cast_ptr_alignment)]
+unsafe fn slot(block: *mut u8) -> *mut *mut u8 {
+    // SAFETY: the caller's block is carved at least a word past the system block's start.
+    unsafe { block.cast::<*mut u8>().sub(1) }
+}
+
 /// The large block in the system block at `raw` (or null): its first page boundary past
 /// `raw`, with `raw` written in the word before it.
 ///
@@ -52,7 +60,7 @@ unsafe fn carve(raw: *mut u8) -> *mut u8 {
     // word before it lies at or after `raw`, aligned (the large block is page-aligned).
     unsafe {
         let block = raw.add(skip);
-        block.cast::<*mut u8>().sub(1).write(raw);
+        slot(block).write(raw);
         block
     }
 }
@@ -96,7 +104,7 @@ unsafe impl GlobalAlloc for PageAligned {
         // SAFETY: `ptr` was carved from a `System` block of `carrier(layout)` (which was
         // `Some` then, as now), whose address is in the word before it.
         unsafe {
-            let raw = ptr.cast::<*mut u8>().sub(1).read();
+            let raw = slot(ptr).read();
             if let Some(outer) = carrier(layout) {
                 System.dealloc(raw, outer);
             }

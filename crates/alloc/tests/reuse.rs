@@ -24,17 +24,20 @@ fn minor_faults() -> u64 {
 #[test]
 fn a_freed_large_block_is_reused_without_faulting_fresh_pages() {
     const SIZE: usize = 4 << 20;
-    const ROUNDS: usize = 200;
+    const ROUNDS: u8 = 200;
     let before = minor_faults();
     for i in 0..ROUNDS {
         let mut v: Vec<u8> = Vec::with_capacity(SIZE);
         assert!(v.as_ptr().addr().is_multiple_of(sluice_alloc::PAGE));
-        v.resize(SIZE, i as u8);
+        v.resize(SIZE, i);
         std::hint::black_box(&v);
     }
     let faults = minor_faults() - before;
     // Fresh pages every time would be ROUNDS * SIZE / 4096 = 204,800 faults; reuse faults
     // in one block's pages, and a few more.
-    let fresh = (ROUNDS * SIZE / 4096) as u64;
-    assert!(faults < fresh / 10, "{faults} faults for {ROUNDS} blocks of {SIZE} bytes");
+    let fresh = (usize::from(ROUNDS) * SIZE / 4096) as u64;
+    assert!(
+        faults < fresh / 10,
+        "{faults} faults for {ROUNDS} blocks of {SIZE} bytes"
+    );
 }
