@@ -27,8 +27,9 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-/// The body offsets reads are made to end on.
-pub const PAGE: u64 = 4096;
+/// The body offsets reads are made to end on: multiples of the local disk's alignment for
+/// direct writes.
+pub const PAGE: u64 = crate::local::ALIGN as u64;
 
 /// The longest request head followed; a longer one (which the server refuses anyway) turns
 /// the reader into a pass-through.

@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 #[global_allocator]
 static ALLOC: sluice_alloc::PageAligned = sluice_alloc::PageAligned;
 
-const PAGE: usize = 4096;
+const PAGE: usize = sluice_gateway::framing::PAGE as usize;
 
 /// Bytes of the bodies received, in phase and in all.
 type Tally = Arc<Mutex<(usize, usize)>>;
