@@ -44,6 +44,10 @@ use sluice_meta::{Reservation, Segment};
 
 use crate::error::{ApiError, ApiResult};
 
+mod buffers;
+
+use buffers::ReadBuffers;
+
 /// The largest transfer issued to the backend at once on reads, and the part size on backends
 /// that accept small parts, when no throughput scheduler is configured (which sets its own
 /// grain, 1 MiB by default): larger transfers cost less per byte.
@@ -210,6 +214,8 @@ pub struct BlobStore {
     grain: u64,
     part_size: u64,
     blob_crc: bool,
+    /// What local-disk grains are read into (see [`buffers`]).
+    buffers: ReadBuffers,
 }
 
 /// The backend prefix under which a tenant's blobs live.
@@ -220,12 +226,14 @@ pub fn tenant_root(tenant: &str) -> Path {
 impl BlobStore {
     /// A store reading in `grain`-sized ranges and writing `part_size` parts.
     pub fn new(root: Arc<dyn ObjectStore>, grain: u64, part_size: u64) -> Self {
+        let grain = grain.max(64 * 1024);
         Self {
             root,
             tenants: RwLock::default(),
-            grain: grain.max(64 * 1024),
+            grain,
             part_size: part_size.max(64 * 1024),
             blob_crc: false,
+            buffers: ReadBuffers::new(usize::try_from(grain).unwrap_or(usize::MAX)),
         }
     }
 
@@ -320,6 +328,7 @@ impl BlobStore {
     pub fn read(&self, pacer: &Pacer, segments: &[Segment], range: Range<u64>) -> ReadStream {
         let store = self.tenant(&pacer.tenant);
         let pacer = pacer.clone();
+        let buffers = self.buffers.clone();
         let mut grains = Vec::new();
         let mut base = 0;
         for seg in segments {
@@ -340,9 +349,10 @@ impl BlobStore {
             .map(move |(path, r)| {
                 let store = Arc::clone(&store);
                 let pacer = pacer.clone();
+                let buffers = buffers.clone();
                 let task = AbortOnDrop(tokio::spawn(async move {
                     pacer.admit(r.end - r.start, false).await;
-                    fetch(&store, &path, r).await
+                    fetch(&store, &path, r, buffers).await
                 }));
                 async move {
                     task.await.unwrap_or_else(|e| {
@@ -419,13 +429,15 @@ pub fn read_inline(pacer: &Pacer, body: Bytes, range: Range<u64>) -> ReadStream 
 }
 
 /// The bytes `range` of a blob. On the local filesystem (the backend hands back the open
-/// file) they are read straight into an uninitialised buffer: `get_range` would zero-fill
-/// each grain's buffer before reading over it, a memset per byte served that showed as 5%
-/// of the gateway's CPU under a GET benchmark. Other backends stream as usual.
+/// file) they are read straight into a buffer from `buffers`, without zero-filling it first:
+/// `get_range` would zero-fill a fresh buffer per grain before reading over it, a memset per
+/// byte served that showed as 5% of the gateway's CPU under a GET benchmark. Other backends
+/// stream as usual.
 async fn fetch(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: Range<u64>,
+    buffers: ReadBuffers,
 ) -> object_store::Result<Bytes> {
     let result = store
         .get_opts(
@@ -439,7 +451,7 @@ async fn fetch(
     let range = result.range.clone();
     match result.payload {
         GetResultPayload::File(file, local) => tokio::task::spawn_blocking(move || {
-            read_file_range(&file, range).map_err(|source| object_store::Error::Generic {
+            read_file_range(&file, range, &buffers).map_err(|source| object_store::Error::Generic {
                 store: "LocalFileSystem",
                 source: format!("reading {}: {source}", local.display()).into(),
             })
@@ -453,15 +465,21 @@ async fn fetch(
     }
 }
 
-/// Reads exactly `range` of `file` into a fresh buffer (no zero-fill: `read_to_end` reads
-/// into the spare capacity); a file shorter than the range is an error, never short data.
-fn read_file_range(file: &std::fs::File, range: Range<u64>) -> std::io::Result<Bytes> {
+/// Reads exactly `range` of `file` into an empty buffer from `buffers` (no zero-fill:
+/// `read_to_end` reads into the spare capacity); a file shorter than the range is an error,
+/// never short data.
+fn read_file_range(
+    file: &std::fs::File,
+    range: Range<u64>,
+    buffers: &ReadBuffers,
+) -> std::io::Result<Bytes> {
     use std::io::{Read, Seek, SeekFrom};
     let len = range.end - range.start;
-    let mut buf = Vec::with_capacity(usize::try_from(len).map_err(std::io::Error::other)?);
+    let mut lent = buffers.take(usize::try_from(len).map_err(std::io::Error::other)?);
+    let buf = &mut lent.buf;
     let mut file = file;
     file.seek(SeekFrom::Start(range.start))?;
-    file.take(len).read_to_end(&mut buf)?;
+    file.take(len).read_to_end(buf)?;
     if buf.len() as u64 != len {
         return Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
@@ -471,7 +489,7 @@ fn read_file_range(file: &std::fs::File, range: Range<u64>) -> std::io::Result<B
             ),
         ));
     }
-    Ok(Bytes::from(buf))
+    Ok(lent.freeze())
 }
 
 /// How many transfers of `unit` bytes fill a window of `bytes`: at least two, so that one is
@@ -767,10 +785,20 @@ mod tests {
             .and_then(|mut f| f.write_all(&data))
             .expect("write");
         let file = std::fs::File::open(&path).expect("open");
-        let got = read_file_range(&file, 1234..5678).expect("read");
+        // Grains of 8 KiB: reads of 4 KiB or more go through kept buffers.
+        let buffers = ReadBuffers::new(8192);
+        let whole = read_file_range(&file, 0..8192, &buffers).expect("read");
+        assert_eq!(&whole[..], &data[..8192]);
+        let at = whole.as_ptr();
+        drop(whole);
+        // Into the same buffer, over the bytes it held: exactly the range's.
+        let got = read_file_range(&file, 1234..5678, &buffers).expect("read");
+        assert_eq!(got.as_ptr(), at);
         assert_eq!(&got[..], &data[1234..5678]);
-        let err = read_file_range(&file, 9_000..11_000).expect_err("past the end");
-        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+        for range in [9_000..11_000, 5_000..11_000] {
+            let err = read_file_range(&file, range, &buffers).expect_err("past the end");
+            assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 
