@@ -65,6 +65,25 @@ unsafe fn carve(raw: *mut u8) -> *mut u8 {
     }
 }
 
+/// A block of `layout` from `get` (a `System` allocation, plain or zeroed): as it comes if
+/// small, else carved from a block of `carrier(layout)`.
+///
+/// # Safety
+/// `layout` has a non-zero size; `get` returns null or a live `System` block of the layout it
+/// is given.
+#[allow(unsafe_code)]
+unsafe fn allocate(layout: Layout, get: impl FnOnce(Layout) -> *mut u8) -> *mut u8 {
+    if !large(layout) {
+        return get(layout);
+    }
+    let Some(outer) = carrier(layout) else {
+        return std::ptr::null_mut();
+    };
+    // SAFETY: `outer` is non-zero and PAGE bytes longer than the large block; the stored
+    // address lies outside the caller's bytes (so a zeroed block stays zeroed for them).
+    unsafe { carve(get(outer)) }
+}
+
 // SAFETY: small blocks are `System`'s with the caller's layout. A large block lies within a
 // `System` block of `carrier(layout)` (size + PAGE, the caller's alignment, which a page
 // boundary also satisfies) and is freed through the address stored before it, which nothing
@@ -73,27 +92,13 @@ unsafe fn carve(raw: *mut u8) -> *mut u8 {
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for PageAligned {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if !large(layout) {
-            // SAFETY: the caller's layout, unchanged.
-            return unsafe { System.alloc(layout) };
-        }
-        let Some(outer) = carrier(layout) else {
-            return std::ptr::null_mut();
-        };
-        // SAFETY: `outer` is non-zero and PAGE bytes longer than the large block.
-        unsafe { carve(System.alloc(outer)) }
+        // SAFETY: the caller's layout is non-zero; `System.alloc` with the layout it is given.
+        unsafe { allocate(layout, |l| System.alloc(l)) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if !large(layout) {
-            // SAFETY: as `alloc`.
-            return unsafe { System.alloc_zeroed(layout) };
-        }
-        let Some(outer) = carrier(layout) else {
-            return std::ptr::null_mut();
-        };
-        // SAFETY: as `alloc`; the stored address lies outside the caller's (zeroed) bytes.
-        unsafe { carve(System.alloc_zeroed(outer)) }
+        // SAFETY: as `alloc`.
+        unsafe { allocate(layout, |l| System.alloc_zeroed(l)) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
