@@ -485,6 +485,7 @@ impl Drain {
                 &sluice_s3::blob::Pacer::unthrottled(&op.tenant),
                 &object.segments,
                 range,
+                None,
             );
             stream.try_collect().await.map_err(|e| e.to_string())
         };

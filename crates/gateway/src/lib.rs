@@ -19,6 +19,7 @@ pub mod device;
 pub mod framing;
 pub mod local;
 mod reconcile;
+mod sendfile;
 mod server;
 
 pub use backend::open_backend;

@@ -11,6 +11,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use sluice_config::{Config, Policy};
 use sluice_meta::Catalog;
 use sluice_metrics::Metrics;
+use sluice_s3::sendfile::SendfileLane;
 use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
 use sluice_throttle::{Throttle, ThrottleConfig};
 use tokio::net::TcpListener;
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::framing::PageReads;
+use crate::sendfile::{SendfileSocket, WithLane};
 use crate::{
     Control, GatewayError, ReconcileSummary, gateway_section, open_backend, reconcile, tenant_specs,
 };
@@ -198,7 +200,8 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// `stop` turns true, then lets requests in flight finish (bounded). Headers must arrive
 /// within `header_timeout` ([`HEADER_READ_TIMEOUT`]); HTTP/2 peers that stop answering pings
 /// are dropped. Reads end on pages of request bodies ([`PageReads`]), so that large bodies
-/// reach the local disk without a copy. Every listener of the gateway and the node agent.
+/// reach the local disk without a copy; HTTP/1 GET bodies leave it by `sendfile`
+/// ([`SendfileSocket`]). Every listener of the gateway and the node agent.
 pub async fn serve_http<S, B>(
     listener: TcpListener,
     service: S,
@@ -217,6 +220,8 @@ pub async fn serve_http<S, B>(
 {
     let mut http = auto::Builder::new(TokioExecutor::new());
     http.http1()
+        // Body chunks go to the socket unflattened (see `sendfile`).
+        .writev(true)
         .timer(TokioTimer::new())
         .header_read_timeout(header_timeout);
     http.http2()
@@ -234,8 +239,10 @@ pub async fn serve_http<S, B>(
                     }
                 };
                 let _ = sock.set_nodelay(true);
-                let io = TokioIo::new(PageReads::new(sock));
-                let conn = http.serve_connection(io, service.clone()).into_owned();
+                let lane = SendfileLane::default();
+                let io = TokioIo::new(PageReads::new(SendfileSocket::new(sock, lane.clone())));
+                let service = WithLane { inner: service.clone(), lane };
+                let conn = http.serve_connection(io, service).into_owned();
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {

@@ -48,6 +48,8 @@ mod buffers;
 
 use buffers::ReadBuffers;
 
+use crate::sendfile::{PLACEHOLDER_MAX, SendfileLane};
+
 /// The largest transfer issued to the backend at once on reads, and the part size on backends
 /// that accept small parts, when no throughput scheduler is configured (which sets its own
 /// grain, 1 MiB by default): larger transfers cost less per byte.
@@ -324,11 +326,20 @@ impl BlobStore {
         result
     }
 
-    /// The bytes `range` of an object made of `segments`, fetched a grain at a time.
-    pub fn read(&self, pacer: &Pacer, segments: &[Segment], range: Range<u64>) -> ReadStream {
+    /// The bytes `range` of an object made of `segments`, fetched a grain at a time. With a
+    /// `lane` (a GET's response on a connection that sends files itself), local-filesystem
+    /// grains are not read: the stream carries placeholders for them (see [`crate::sendfile`]).
+    pub fn read(
+        &self,
+        pacer: &Pacer,
+        segments: &[Segment],
+        range: Range<u64>,
+        lane: Option<&SendfileLane>,
+    ) -> ReadStream {
         let store = self.tenant(&pacer.tenant);
         let pacer = pacer.clone();
         let buffers = self.buffers.clone();
+        let send = lane.is_some();
         let mut grains = Vec::new();
         let mut base = 0;
         for seg in segments {
@@ -345,14 +356,14 @@ impl BlobStore {
         }
         // Each grain is fetched by a task, so it reaches the backend as soon as it is admitted
         // even while the client is slow to take the previous one (see `write_inner`).
-        let stream = stream::iter(grains)
+        let fetched = stream::iter(grains)
             .map(move |(path, r)| {
                 let store = Arc::clone(&store);
                 let pacer = pacer.clone();
                 let buffers = buffers.clone();
                 let task = AbortOnDrop(tokio::spawn(async move {
                     pacer.admit(r.end - r.start, false).await;
-                    fetch(&store, &path, r, buffers).await
+                    fetch(&store, &path, r, buffers, send).await
                 }));
                 async move {
                     task.await.unwrap_or_else(|e| {
@@ -363,7 +374,23 @@ impl BlobStore {
                     })
                 }
             })
-            .buffered(self.read_ahead())
+            .buffered(self.read_ahead());
+        // Placeholders are queued as the body yields them: the order hyper writes them in.
+        let lane = lane.cloned();
+        let stream = fetched
+            .map(move |grain| match grain? {
+                Grain::Bytes(b) => Ok(b),
+                Grain::File(file, r) => lane
+                    .as_ref()
+                    .and_then(|lane| {
+                        let len = usize::try_from(r.end - r.start).ok()?;
+                        lane.stand_in(file, r.start, len)
+                    })
+                    .ok_or_else(|| object_store::Error::Generic {
+                        store: "sluice",
+                        source: "a file grain with no lane to send it".into(),
+                    }),
+            })
             .boxed();
         ReadStream(std::sync::Mutex::new(stream))
     }
@@ -428,17 +455,25 @@ pub fn read_inline(pacer: &Pacer, body: Bytes, range: Range<u64>) -> ReadStream 
     ReadStream::new(stream::once(read).boxed())
 }
 
+/// A fetched grain: its bytes, or (to be sent by the connection) the open file and range.
+enum Grain {
+    Bytes(Bytes),
+    File(Arc<std::fs::File>, Range<u64>),
+}
+
 /// The bytes `range` of a blob. On the local filesystem (the backend hands back the open
 /// file) they are read straight into a buffer from `buffers`, without zero-filling it first:
 /// `get_range` would zero-fill a fresh buffer per grain before reading over it, a memset per
-/// byte served that showed as 5% of the gateway's CPU under a GET benchmark. Other backends
-/// stream as usual.
+/// byte served that showed as 5% of the gateway's CPU under a GET benchmark. With `send`, a
+/// local file is handed back unread, for the connection to send (after checking that it holds
+/// the whole range: never short data). Other backends stream as usual.
 async fn fetch(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: Range<u64>,
     buffers: ReadBuffers,
-) -> object_store::Result<Bytes> {
+    send: bool,
+) -> object_store::Result<Grain> {
     let result = store
         .get_opts(
             path,
@@ -449,9 +484,18 @@ async fn fetch(
         )
         .await?;
     let range = result.range.clone();
+    let sendable =
+        send && usize::try_from(range.end - range.start).is_ok_and(|n| n <= PLACEHOLDER_MAX);
     match result.payload {
         GetResultPayload::File(file, local) => tokio::task::spawn_blocking(move || {
-            read_file_range(&file, range, &buffers).map_err(|source| object_store::Error::Generic {
+            let read = if sendable {
+                file_holds(&file, &range)
+                    .and_then(|()| populate(&file, &range))
+                    .map(|()| Grain::File(Arc::new(file), range))
+            } else {
+                read_file_range(&file, range, &buffers).map(Grain::Bytes)
+            };
+            read.map_err(|source| object_store::Error::Generic {
                 store: "LocalFileSystem",
                 source: format!("reading {}: {source}", local.display()).into(),
             })
@@ -461,8 +505,41 @@ async fn fetch(
             store: "sluice",
             source: Box::new(e),
         })?,
-        GetResultPayload::Stream(_) => result.bytes().await,
+        GetResultPayload::Stream(_) => result.bytes().await.map(Grain::Bytes),
     }
+}
+
+/// Brings `range` of `file` into the page cache without copying it anywhere (the kernel
+/// hands its pages to `/dev/null`), so that the connection's `sendfile` finds them there
+/// instead of waiting for the disk on a runtime thread.
+fn populate(file: &std::fs::File, range: &Range<u64>) -> std::io::Result<()> {
+    static NULL: OnceLock<Option<std::fs::File>> = OnceLock::new();
+    // Without /dev/null (a bare container) the pages are read by `sendfile` itself.
+    let Some(null) =
+        NULL.get_or_init(|| std::fs::File::options().write(true).open("/dev/null").ok())
+    else {
+        return Ok(());
+    };
+    let mut offset = range.start;
+    while offset < range.end {
+        let left = usize::try_from(range.end - offset).unwrap_or(usize::MAX);
+        if rustix::fs::sendfile(null, file, Some(&mut offset), left)? == 0 {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `file` holds all of `range` (an error naming the shortfall if not).
+fn file_holds(file: &std::fs::File, range: &Range<u64>) -> std::io::Result<()> {
+    let size = file.metadata()?.len();
+    if size < range.end {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("{size} bytes, short of {range:?}: the blob is shorter than its record"),
+        ));
+    }
+    Ok(())
 }
 
 /// Reads exactly `range` of `file` into an empty buffer from `buffers` (no zero-fill:

@@ -34,6 +34,7 @@ use crate::auth::Caller;
 use crate::blob::{BlobStore, Pacer};
 use crate::checksum::Expected;
 use crate::error::{ApiError, ApiResult};
+use crate::sendfile::SendfileLane;
 
 /// The largest PutObject body kept inline in the catalog instead of in a blob.
 ///
@@ -287,7 +288,13 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
-        op!(self, req, "GetObject", get_object_op)
+        let tenant = caller(&req)?;
+        let lane = req.extensions.get::<SendfileLane>().cloned();
+        let input = req.input;
+        self.run("GetObject", tenant, |t| async move {
+            self.get_object_op(&t, input, lane.as_ref()).await
+        })
+        .await
     }
 
     async fn head_object(

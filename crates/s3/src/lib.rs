@@ -20,6 +20,7 @@ pub mod connection;
 pub mod error;
 pub mod front;
 pub mod name;
+pub mod sendfile;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, sigv4_tenant};
 pub use blob::BlobStore;

@@ -15,6 +15,7 @@ use crate::blob::{self, BlobStore, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
+use crate::sendfile::SendfileLane;
 
 /// The most user-defined metadata an object may carry: the UTF-8 bytes of every key and value
 /// (`x-amz-meta-` excluded), S3's limit. Every byte is returned in each GET and HEAD.
@@ -367,11 +368,19 @@ impl Front {
 
     /// The bytes `range` of an object, from its inline body or its blobs, admitted through
     /// the tenant's pacer either way.
-    pub(super) fn read_object(&self, tenant: &str, src: &Source, range: Range<u64>) -> ReadStream {
+    /// The bytes `range` of `src`; with a `lane`, as placeholders for the connection to send
+    /// where they are local files (a GET's response body only: see [`crate::sendfile`]).
+    pub(super) fn read_object(
+        &self,
+        tenant: &str,
+        src: &Source,
+        range: Range<u64>,
+        lane: Option<&SendfileLane>,
+    ) -> ReadStream {
         let pacer = self.pacer(tenant);
         match &src.inline {
             Some(body) => blob::read_inline(&pacer, body.clone(), range),
-            None => self.blobs().read(&pacer, &src.rec.segments, range),
+            None => self.blobs().read(&pacer, &src.rec.segments, range, lane),
         }
     }
 
@@ -379,6 +388,7 @@ impl Front {
         &self,
         tenant: &str,
         input: dto::GetObjectInput,
+        lane: Option<&SendfileLane>,
     ) -> ApiResult<dto::GetObjectOutput> {
         if input.part_number.is_some() {
             return Err(ApiError::NotImplemented("GetObject by partNumber"));
@@ -391,7 +401,7 @@ impl Front {
             None => (0..rec.size, false),
             Some(r) => (r.check(rec.size).map_err(|_| ApiError::InvalidRange)?, true),
         };
-        let body = self.read_object(tenant, &src, range.clone());
+        let body = self.read_object(tenant, &src, range.clone(), lane);
         Ok(dto::GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: i64::try_from(range.end - range.start).ok(),
@@ -571,7 +581,7 @@ impl Front {
             };
             return Ok((blob, written, reservation));
         }
-        let body = self.read_object(tenant, source, range);
+        let body = self.read_object(tenant, source, range, None);
         let (stored, written, reservation) = self
             .store_body(tenant, bucket, body, Some(len), u64::MAX, None)
             .await?;

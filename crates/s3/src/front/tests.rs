@@ -79,7 +79,7 @@ async fn get(
         range: range.map(|r| dto::Range::parse(r).expect("range")),
         ..Default::default()
     };
-    let mut out = f.get_object_op(T, input).await?;
+    let mut out = f.get_object_op(T, input, None).await?;
     let body = out.body.take().expect("body");
     let chunks: Vec<Bytes> = body.try_collect().await.expect("read");
     Ok((chunks.concat().into(), out))
