@@ -239,6 +239,9 @@ pub async fn serve_http<S, B>(
                     }
                 };
                 let _ = sock.set_nodelay(true);
+                // hyper must write straight into the `SendfileSocket` that holds this lane:
+                // anything between them that reads the bytes (TLS, say) would read the
+                // placeholders' zeros, so such a connection must not be offered a lane.
                 let lane = SendfileLane::default();
                 let io = TokioIo::new(PageReads::new(SendfileSocket::new(sock, lane.clone())));
                 let service = WithLane { inner: service.clone(), lane };
