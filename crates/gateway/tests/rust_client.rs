@@ -6,11 +6,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload, RetryConfig, WriteMultipart};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 use sluice_config::Config;
 use sluice_gateway::Gateway;
+
+mod common;
 
 const CONFIG: &str = r#"
 [gateway]
@@ -29,22 +30,7 @@ capacity = "1MiB"
 "#;
 
 fn client(endpoint: &str, bucket: &str, key: &str, secret: &str) -> Arc<dyn ObjectStore> {
-    Arc::new(
-        AmazonS3Builder::new()
-            .with_endpoint(endpoint)
-            .with_allow_http(true)
-            .with_bucket_name(bucket)
-            .with_region("us-east-1")
-            .with_access_key_id(key)
-            .with_secret_access_key(secret)
-            .with_virtual_hosted_style_request(false)
-            .with_retry(RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            })
-            .build()
-            .expect("client"),
-    )
+    common::client(endpoint, bucket, key, secret, ClientOptions::new())
 }
 
 fn pattern(len: usize) -> Bytes {

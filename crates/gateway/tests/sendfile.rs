@@ -5,12 +5,13 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig, WriteMultipart};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, WriteMultipart};
 use sluice_config::Config;
 use sluice_gateway::Gateway;
 use sluice_s3::sendfile::bytes_stood_in;
+
+mod common;
 
 const CONFIG: &str = r#"
 [gateway]
@@ -24,25 +25,18 @@ capacity = "256MiB"
 "#;
 
 fn client(endpoint: &str, http2: bool) -> Arc<dyn ObjectStore> {
-    let mut options = ClientOptions::new().with_allow_http(true);
-    if http2 {
-        options = options.with_http2_only();
-    }
-    Arc::new(
-        AmazonS3Builder::new()
-            .with_endpoint(endpoint)
-            .with_client_options(options)
-            .with_bucket_name("ckpt")
-            .with_region("us-east-1")
-            .with_access_key_id("AKIDALICE000000SEND")
-            .with_secret_access_key("alice-secret-0123456789")
-            .with_virtual_hosted_style_request(false)
-            .with_retry(RetryConfig {
-                max_retries: 0,
-                ..RetryConfig::default()
-            })
-            .build()
-            .expect("client"),
+    let options = ClientOptions::new();
+    let options = if http2 {
+        options.with_http2_only()
+    } else {
+        options
+    };
+    common::client(
+        endpoint,
+        "ckpt",
+        "AKIDALICE000000SEND",
+        "alice-secret-0123456789",
+        options,
     )
 }
 
