@@ -2,12 +2,16 @@
 //!
 //! Lane `k` of each 512-bit register holds body `k`'s state; a step of MD5 is then a handful
 //! of vector instructions for sixteen bodies (`vpternlogd` computes each round's Boolean
-//! function in one, `vprold` the rotation). Each of the sixteen message words of a block is
-//! gathered from the sixteen bodies' blocks, wherever they are in memory, by two 8-lane
-//! gathers at 64-bit offsets from one base. Lanes with nothing to hash read a block of zeros
-//! that does not advance, and their state is left untouched.
+//! function in one, `vprold` the rotation). The sixteen bodies' blocks, wherever they are in
+//! memory, are loaded a block per register and transposed in registers (unpacks of 32- and
+//! 64-bit words, then two rounds of 128-bit shuffles: 64 instructions), so that register `i`
+//! holds message word `i` of every lane. Lanes with nothing to hash read a block of zeros that
+//! does not advance, and their state is left untouched. (The kernel used to gather each word
+//! from the sixteen blocks instead, two 8-lane gathers per word: on the AMD EPYC we measure on,
+//! a block step then took 333 ns with sixteen lanes busy and 180 ns with up to eight, against
+//! 120 ns for the rounds alone.)
 //!
-//! This is the only module of the workspace with unsafe code: the gathers read memory through
+//! This is the only module of the workspace with unsafe code: the loads read memory through
 //! raw pointers, and the kernel may only run where the CPU has AVX-512F (checked at run time
 //! by [`available`]).
 
@@ -54,9 +58,9 @@ pub fn compress16(states: &mut [[u32; 4]; 16], runs: &[Option<Run<'_>>; 16]) -> 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m512i, _mm512_add_epi32, _mm512_add_epi64, _mm512_castsi256_si512,
-        _mm512_i64gather_epi32, _mm512_inserti64x4, _mm512_loadu_si512, _mm512_mask_mov_epi32,
-        _mm512_rol_epi32, _mm512_set1_epi32, _mm512_storeu_si512, _mm512_ternarylogic_epi32,
+        __m512i, _mm512_add_epi32, _mm512_loadu_si512, _mm512_mask_mov_epi32, _mm512_rol_epi32,
+        _mm512_set1_epi32, _mm512_shuffle_i32x4, _mm512_storeu_si512, _mm512_ternarylogic_epi32,
+        _mm512_unpackhi_epi32, _mm512_unpackhi_epi64, _mm512_unpacklo_epi32, _mm512_unpacklo_epi64,
     };
 
     use super::{Run, ZEROS};
@@ -69,28 +73,18 @@ mod x86 {
         runs: &[Option<Run<'_>>; 16],
         n: usize,
     ) {
-        // Offsets of each lane's block from one base pointer (the zero block), in two halves
-        // of eight 64-bit offsets for the two 8-lane gathers; idle lanes stay at offset 0.
-        let base = ZEROS.as_ptr();
-        let mut offsets = [0i64; 16];
-        let mut strides = [0i64; 16];
+        // Where each lane's blocks start and how far apart they are: idle lanes read ZEROS,
+        // which does not advance.
+        let mut starts = [ZEROS.as_ptr(); 16];
+        let mut strides = [0usize; 16];
         let mut active: u16 = 0;
         for (k, run) in runs.iter().enumerate() {
             if let Some(run) = run {
-                offsets[k] = (run.as_ptr() as i64).wrapping_sub(base as i64);
+                starts[k] = run.as_ptr().cast();
                 strides[k] = 64;
                 active |= 1 << k;
             }
         }
-        // SAFETY (loads/stores below): the arrays are 16 × 8 bytes and 16 × 4 bytes long.
-        let (mut lo, mut hi, stride_lo, stride_hi) = unsafe {
-            (
-                _mm512_loadu_si512(offsets.as_ptr().cast()),
-                _mm512_loadu_si512(offsets.as_ptr().add(8).cast()),
-                _mm512_loadu_si512(strides.as_ptr().cast()),
-                _mm512_loadu_si512(strides.as_ptr().add(8).cast()),
-            )
-        };
         let mut words = [[0u32; 16]; 4];
         for (k, s) in states.iter().enumerate() {
             for w in 0..4 {
@@ -102,29 +96,20 @@ mod x86 {
             // SAFETY: 16 × 4 bytes.
             *v = unsafe { _mm512_loadu_si512(w.as_ptr().cast()) };
         }
-        for _ in 0..n {
+        for step in 0..n {
             let mut m = [_mm512_set1_epi32(0); 16];
-            for (i, word) in m.iter_mut().enumerate() {
-                // SAFETY: base + offset + 4 i is inside lane k's current block (or ZEROS).
-                let (l, h) = unsafe {
-                    // A gather has no alignment requirement: the `i32` is only its element type.
-                    #[allow(clippy::cast_ptr_alignment)]
-                    let p = base.add(4 * i).cast::<i32>();
-                    (
-                        _mm512_i64gather_epi32::<1>(lo, p),
-                        _mm512_i64gather_epi32::<1>(hi, p),
-                    )
-                };
-                *word = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(l), h);
+            for (k, row) in m.iter_mut().enumerate() {
+                // SAFETY: an active lane's run holds more than `step` blocks of 64 bytes;
+                // an idle lane reads the 64 bytes of ZEROS.
+                *row = unsafe { _mm512_loadu_si512(starts[k].add(step * strides[k]).cast()) };
             }
+            transpose(&mut m);
             let before = state;
             block(&mut state, &m);
             for (s, s0) in state.iter_mut().zip(before) {
                 // Idle lanes keep their state.
                 *s = _mm512_mask_mov_epi32(s0, active, _mm512_add_epi32(s0, *s));
             }
-            lo = _mm512_add_epi64(lo, stride_lo);
-            hi = _mm512_add_epi64(hi, stride_hi);
         }
         for (w, v) in words.iter_mut().zip(state) {
             // SAFETY: 16 × 4 bytes.
@@ -134,6 +119,37 @@ mod x86 {
             for w in 0..4 {
                 s[w] = words[w][k];
             }
+        }
+    }
+
+    /// Transposes sixteen rows of sixteen 32-bit words: row `k` (lane `k`'s block) in, row `i`
+    /// (word `i` of every lane, lane `k` in element `k`) out.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn transpose(r: &mut [__m512i; 16]) {
+        // Within 128-bit lanes: pairs of rows interleaved by words, then by pairs of words.
+        let mut t = [_mm512_set1_epi32(0); 16];
+        for j in (0..16).step_by(2) {
+            t[j] = _mm512_unpacklo_epi32(r[j], r[j + 1]);
+            t[j + 1] = _mm512_unpackhi_epi32(r[j], r[j + 1]);
+        }
+        for j in (0..16).step_by(4) {
+            r[j] = _mm512_unpacklo_epi64(t[j], t[j + 2]);
+            r[j + 1] = _mm512_unpackhi_epi64(t[j], t[j + 2]);
+            r[j + 2] = _mm512_unpacklo_epi64(t[j + 1], t[j + 3]);
+            r[j + 3] = _mm512_unpackhi_epi64(t[j + 1], t[j + 3]);
+        }
+        // Then the 128-bit lanes themselves: 0x88 takes lanes 0 and 2 of each source, 0xDD
+        // lanes 1 and 3.
+        for g in [0, 8] {
+            for j in 0..4 {
+                t[g + j] = _mm512_shuffle_i32x4::<0x88>(r[g + j], r[g + 4 + j]);
+                t[g + 4 + j] = _mm512_shuffle_i32x4::<0xDD>(r[g + j], r[g + 4 + j]);
+            }
+        }
+        for j in 0..8 {
+            r[j] = _mm512_shuffle_i32x4::<0x88>(t[j], t[8 + j]);
+            r[8 + j] = _mm512_shuffle_i32x4::<0xDD>(t[j], t[8 + j]);
         }
     }
 
