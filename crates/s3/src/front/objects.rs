@@ -367,9 +367,8 @@ impl Front {
     }
 
     /// The bytes `range` of an object, from its inline body or its blobs, admitted through
-    /// the tenant's pacer either way.
-    /// The bytes `range` of `src`; with a `lane`, as placeholders for the connection to send
-    /// where they are local files (a GET's response body only: see [`crate::sendfile`]).
+    /// the tenant's pacer either way; with a `lane`, local-filesystem blobs as placeholders
+    /// for the connection to send (a GET's response body only: see [`crate::sendfile`]).
     pub(super) fn read_object(
         &self,
         tenant: &str,
