@@ -55,6 +55,13 @@ def test_gateway_quick_interleaves_the_large_reads(tmp_path):
         assert abs(t["get_mib_s"] - mib / sum(slices)) <= 1e-6 * t["get_mib_s"], t
         assert t["rounds"][0][1] == t["get_mib_s"]
     assert "sluice gateway" in run.stdout
+    # The printed pairing: the filesystem's slice time over the gateway's, slice by slice.
+    fs, gw = ([s for r in t["large_get_slices_s"] for s in r] for t in report["targets"])
+    ratios = sorted(a / b for a, b in zip(fs, gw))
+    [line] = [ln for ln in run.stdout.splitlines() if ln.strip().endswith("(2 slices)")]
+    p25, med, p75 = (float(x) for x in line.split("gateway", 1)[1].split("(")[0].split("/"))
+    assert (p25, med, p75) == tuple(
+        round(ratios[0] + (ratios[1] - ratios[0]) * q, 2) for q in (0.25, 0.5, 0.75)), line
     assert not work.exists() or not any(work.iterdir()), "the benchmark's data was left behind"
 
 

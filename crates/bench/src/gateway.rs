@@ -517,13 +517,7 @@ fn combine(
 }
 
 fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => f64::midpoint(v[n / 2 - 1], v[n / 2]),
-    }
+    quantile(v, 0.5)
 }
 
 /// The report as a table.
@@ -582,7 +576,52 @@ pub fn table(r: &Report) -> String {
             .collect();
         let _ = writeln!(out, "  {:<16} {}", t.name, rounds.join("; "));
     }
+    let Some(base) = base else { return out };
+    let _ = writeln!(
+        out,
+        "Large reads by slice, {} time / target time, paired by round and position \
+         (p25 / median / p75):",
+        base.name
+    );
+    for t in r.targets.iter().skip(1) {
+        let ratios = paired_ratios(&base.large_get_slices_s, &t.large_get_slices_s);
+        let q = |p: f64| quantile(&ratios, p);
+        let _ = writeln!(
+            out,
+            "  {:<16} {:.2} / {:.2} / {:.2} ({} slices)",
+            t.name,
+            q(0.25),
+            q(0.5),
+            q(0.75),
+            ratios.len()
+        );
+    }
     out
+}
+
+/// `base[i][j] / other[i][j]` for every slice both have: how much of the baseline's speed the
+/// other target had reading the same position of the same round.
+fn paired_ratios(base: &[Vec<f64>], other: &[Vec<f64>]) -> Vec<f64> {
+    base.iter()
+        .zip(other)
+        .flat_map(|(b, o)| b.iter().zip(o))
+        .filter(|(b, o)| **b > 0.0 && **o > 0.0)
+        .map(|(b, o)| b / o)
+        .collect()
+}
+
+/// The `p`-quantile of `v` by linear interpolation between closest ranks.
+fn quantile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n => {
+            let at = p.clamp(0.0, 1.0) * (n - 1) as f64;
+            let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
+        }
+    }
 }
 
 pub fn default_workdir() -> PathBuf {
@@ -591,4 +630,39 @@ pub fn default_workdir() -> PathBuf {
 
 pub fn exe() -> Result<PathBuf, BenchError> {
     Ok(std::env::current_exe()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
+
+    #[test]
+    fn slices_pair_by_round_and_position() {
+        let base = vec![vec![0.2, 0.3, 0.6], vec![0.4]];
+        // The second round of the other target has a slice more (ignored); a zero never divides.
+        let other = vec![vec![0.25, 0.3, 0.0], vec![0.5, 0.9]];
+        let r = paired_ratios(&base, &other);
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert!(
+            close(r[0], 0.8) && close(r[1], 1.0) && close(r[2], 0.8),
+            "{r:?}"
+        );
+        assert!(paired_ratios(&base, &[]).is_empty());
+    }
+
+    #[test]
+    fn quantiles_interpolate_and_median_is_the_middle() {
+        let v = [4.0, 1.0, 3.0, 2.0];
+        assert!(close(quantile(&v, 0.0), 1.0));
+        assert!(close(quantile(&v, 1.0), 4.0));
+        assert!(close(quantile(&v, 0.5), 2.5));
+        assert!(close(quantile(&v, 0.25), 1.75));
+        assert!(close(median(&[3.0, 1.0, 2.0]), 2.0));
+        assert!(close(median(&v), 2.5));
+        assert!(median(&[]).is_nan());
+    }
 }
