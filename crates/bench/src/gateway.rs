@@ -31,7 +31,7 @@ use serde::Serialize;
 use crate::BenchError;
 use crate::client::S3Client;
 use crate::procs::{self, ACCESS_KEY, RssSampler, SECRET_KEY, Scratch};
-use crate::stats::Latencies;
+use crate::stats::{Latencies, median, quantile};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Config {
@@ -516,10 +516,6 @@ fn combine(
     }
 }
 
-fn median(v: &[f64]) -> f64 {
-    quantile(v, 0.5)
-}
-
 /// The report as a table.
 pub fn table(r: &Report) -> String {
     use std::fmt::Write;
@@ -610,20 +606,6 @@ fn paired_ratios(base: &[Vec<f64>], other: &[Vec<f64>]) -> Vec<f64> {
         .collect()
 }
 
-/// The `p`-quantile of `v` by linear interpolation between closest ranks.
-fn quantile(v: &[f64], p: f64) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n => {
-            let at = p.clamp(0.0, 1.0) * (n - 1) as f64;
-            let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
-            v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
-        }
-    }
-}
-
 pub fn default_workdir() -> PathBuf {
     std::env::temp_dir().join("sluice-bench-gateway")
 }
@@ -652,17 +634,5 @@ mod tests {
             "{r:?}"
         );
         assert!(paired_ratios(&base, &[]).is_empty());
-    }
-
-    #[test]
-    fn quantiles_interpolate_and_median_is_the_middle() {
-        let v = [4.0, 1.0, 3.0, 2.0];
-        assert!(close(quantile(&v, 0.0), 1.0));
-        assert!(close(quantile(&v, 1.0), 4.0));
-        assert!(close(quantile(&v, 0.5), 2.5));
-        assert!(close(quantile(&v, 0.25), 1.75));
-        assert!(close(median(&[3.0, 1.0, 2.0]), 2.0));
-        assert!(close(median(&v), 2.5));
-        assert!(median(&[]).is_nan());
     }
 }

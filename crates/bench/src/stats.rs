@@ -1,4 +1,4 @@
-//! Percentiles of recorded latencies.
+//! Percentiles: of recorded latencies, and of plain samples (medians and quartiles of rounds).
 
 use std::time::Duration;
 
@@ -35,9 +35,32 @@ impl Latencies {
     }
 }
 
+/// The median of `v` (the mean of the middle two when their number is even); NaN when empty.
+pub fn median(v: &[f64]) -> f64 {
+    quantile(v, 0.5)
+}
+
+/// The `p`-quantile of `v` by linear interpolation between closest ranks.
+pub fn quantile(v: &[f64], p: f64) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n => {
+            let at = p.clamp(0.0, 1.0) * (n - 1) as f64;
+            let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+            v[lo] + (v[hi] - v[lo]) * (at - lo as f64)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() < 1e-9
+    }
 
     #[test]
     fn nearest_rank_quantiles() {
@@ -50,5 +73,17 @@ mod tests {
         assert!((l.quantile(0.999) - 0.999).abs() < 1e-9);
         assert!((l.quantile(1.0) - 1.0).abs() < 1e-9);
         assert!(Latencies::default().quantile(0.5).is_nan());
+    }
+
+    #[test]
+    fn quantiles_interpolate_and_median_is_the_middle() {
+        let v = [4.0, 1.0, 3.0, 2.0];
+        assert!(close(quantile(&v, 0.0), 1.0));
+        assert!(close(quantile(&v, 1.0), 4.0));
+        assert!(close(quantile(&v, 0.5), 2.5));
+        assert!(close(quantile(&v, 0.25), 1.75));
+        assert!(close(median(&[3.0, 1.0, 2.0]), 2.0));
+        assert!(close(median(&v), 2.5));
+        assert!(median(&[]).is_nan());
     }
 }

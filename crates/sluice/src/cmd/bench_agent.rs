@@ -220,10 +220,9 @@ struct Series {
 impl Series {
     fn push(&mut self, m: Measured) {
         self.rounds.push(m);
-        let mut s: Vec<f64> = self.rounds.iter().map(|m| m.seconds).collect();
-        s.sort_by(f64::total_cmp);
-        self.median_s = s[s.len() / 2];
-        self.fastest_s = s[0];
+        let s: Vec<f64> = self.rounds.iter().map(|m| m.seconds).collect();
+        self.median_s = sluice_bench::stats::median(&s);
+        self.fastest_s = s.iter().copied().fold(f64::INFINITY, f64::min);
     }
 }
 
