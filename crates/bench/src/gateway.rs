@@ -617,10 +617,7 @@ pub fn exe() -> Result<PathBuf, BenchError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn close(a: f64, b: f64) -> bool {
-        (a - b).abs() < 1e-9
-    }
+    use crate::stats::tests::close;
 
     #[test]
     fn slices_pair_by_round_and_position() {

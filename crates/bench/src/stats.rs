@@ -55,10 +55,11 @@ pub fn quantile(v: &[f64], p: f64) -> f64 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn close(a: f64, b: f64) -> bool {
+    /// Equal up to rounding (the benchmarks' tests compare computed ratios and quantiles).
+    pub(crate) fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9
     }
 
