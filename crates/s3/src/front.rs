@@ -208,16 +208,17 @@ fn etag(hex: &str) -> dto::ETag {
     dto::ETag::Strong(hex.to_owned())
 }
 
-/// Delegates an S3 trait method to its `*_op` handler through [`Front::run`].
+/// Delegates an S3 trait method to its `*_op` handler through [`Front::run`], passing on any
+/// extra argument (GetObject's sendfile lane).
 macro_rules! op {
-    ($self:ident, $req:ident, $name:literal, $handler:ident) => {{
+    ($self:ident, $req:ident, $name:literal, $handler:ident $(, $extra:expr)?) => {{
         let tenant = caller(&$req)?;
         let input = $req.input;
         $self
             .run(
                 $name,
                 tenant,
-                |t| async move { $self.$handler(&t, input).await },
+                |t| async move { $self.$handler(&t, input $(, $extra)?).await },
             )
             .await
     }};
@@ -288,13 +289,8 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
-        let tenant = caller(&req)?;
         let lane = req.extensions.get::<SendfileLane>().cloned();
-        let input = req.input;
-        self.run("GetObject", tenant, |t| async move {
-            self.get_object_op(&t, input, lane.as_ref()).await
-        })
-        .await
+        op!(self, req, "GetObject", get_object_op, lane.as_ref())
     }
 
     async fn head_object(
