@@ -127,6 +127,7 @@ impl Agent {
                 sluice_s3::blob::DEFAULT_GRAIN,
                 sluice_s3::blob::DEFAULT_GRAIN,
             )
+            .with_local_files()
             .with_blob_crc(),
         );
         let mut summary = sluice_gateway::reconcile(&catalog, &blobs, Some(&objects))

@@ -7,55 +7,171 @@
 //! instead: no copy into a buffer of ours, none out of it. A placeholder the lane cannot
 //! account for fails the write (and so the connection): it is never sent as data.
 //!
-//! `sendfile` runs on a runtime thread and would wait there for any page not yet read from
-//! the disk, holding up every other connection on that thread; so a grain is stood in only
-//! once a blocking thread has brought it into the page cache (`sluice_s3::blob`).
+//! `sendfile` reads from the disk any page not yet in the page cache, and waits for it, so it
+//! runs on a blocking thread, never on a runtime thread (where every other connection of that
+//! thread would wait behind the disk). The blocking thread sends the whole stretch, waiting for
+//! room in the socket itself while the client keeps taking bytes; a client that stops taking
+//! them for [`SEND_WAIT`] gets its connection handed back to the runtime, which waits for room
+//! without holding a thread. The kernel reads each page once, as it sends it, with the file's
+//! own read-ahead running ahead of the sends (the page cache was once filled by a blocking
+//! thread first and sent from by the runtime after: every page looked up twice, and no byte
+//! sent before its whole grain was read).
 
+use std::future::Future;
 use std::io::{self, IoSlice};
+use std::os::fd::{AsFd, OwnedFd};
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
-use sluice_s3::sendfile::SendfileLane;
+use rustix::event::{PollFd, PollFlags, Timespec};
+use sluice_s3::sendfile::{Send, SendfileLane};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+/// How long, in all, a blocking thread waits for a client to make room while sending a
+/// stretch, before it hands the connection back to the runtime.
+pub const SEND_WAIT: Duration = Duration::from_millis(50);
+
+/// Sends that handed their connection back to the runtime for want of room, process-wide.
+static STALLS: AtomicU64 = AtomicU64::new(0);
+
+#[cfg(test)]
+fn stalls() -> u64 {
+    STALLS.load(Ordering::Relaxed)
+}
 
 /// A TCP connection whose writes send the file stretches of `lane`'s placeholders.
 pub struct SendfileSocket {
     sock: TcpStream,
     lane: SendfileLane,
+    /// The stretch being sent by a blocking thread.
+    sending: Option<Sending>,
+}
+
+struct Sending {
+    job: JoinHandle<io::Result<Sent>>,
+    /// Set when the connection is dropped: the thread stops sending.
+    stop: Arc<AtomicBool>,
+}
+
+/// What a blocking thread sent of a stretch, and whether it stopped for want of room.
+struct Sent {
+    bytes: usize,
+    stalled: bool,
 }
 
 impl SendfileSocket {
     pub fn new(sock: TcpStream, lane: SendfileLane) -> Self {
-        Self { sock, lane }
-    }
-
-    /// Sends (part of) the stretch `buf` stands for.
-    fn poll_send(&self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let send = self.lane.next(buf)?;
-        loop {
-            ready!(self.sock.poll_write_ready(cx))?;
-            let written = self.sock.try_io(Interest::WRITABLE, || {
-                let mut offset = send.offset;
-                rustix::fs::sendfile(&self.sock, &*send.file, Some(&mut offset), send.len)
-                    .map_err(io::Error::from)
-            });
-            match written {
-                Ok(0) => {
-                    return Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "a blob ended inside the range being sent",
-                    )));
-                }
-                Ok(n) => {
-                    self.lane.sent(n);
-                    return Poll::Ready(Ok(n));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Err(e)),
-            }
+        Self {
+            sock,
+            lane,
+            sending: None,
         }
     }
+
+    /// Sends (part of) the stretch `buf` stands for, on a blocking thread.
+    fn poll_send(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        loop {
+            if let Some(sending) = &mut self.sending {
+                let sent = ready!(Pin::new(&mut sending.job).poll(cx));
+                self.sending = None;
+                let sent = sent.map_err(io::Error::other)??;
+                if sent.stalled {
+                    self.forget_writable();
+                }
+                if sent.bytes > 0 {
+                    self.lane.sent(sent.bytes);
+                    return Poll::Ready(Ok(sent.bytes));
+                }
+                if !sent.stalled {
+                    return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+                }
+            }
+            let send = self.lane.next(buf)?;
+            ready!(self.sock.poll_write_ready(cx))?;
+            // The thread's own handle on the socket: it outlives the connection if need be.
+            let sock = self.sock.as_fd().try_clone_to_owned()?;
+            let stop = Arc::new(AtomicBool::new(false));
+            let job = {
+                let stop = Arc::clone(&stop);
+                tokio::task::spawn_blocking(move || send_stretch(&sock, &send, &stop))
+            };
+            self.sending = Some(Sending { job, stop });
+        }
+    }
+
+    /// Clears the runtime's note that the socket is writable unless it is (asked without
+    /// waiting), so that the next write waits for room instead of starting a send that finds
+    /// none. A readiness event arriving meanwhile is not lost: the runtime clears only the
+    /// readiness it saw before asking.
+    fn forget_writable(&self) {
+        let _ = self.sock.try_io(Interest::WRITABLE, || {
+            let mut fds = [PollFd::new(&self.sock, PollFlags::OUT)];
+            rustix::event::poll(&mut fds, Some(&Timespec::default()))?;
+            if fds[0].revents().is_empty() {
+                Err(io::ErrorKind::WouldBlock.into())
+            } else {
+                Ok(())
+            }
+        });
+    }
+}
+
+impl Drop for SendfileSocket {
+    fn drop(&mut self) {
+        if let Some(sending) = &self.sending {
+            sending.stop.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Sends `send` to the (non-blocking) socket `sock`, waiting for room while the client takes
+/// bytes, for [`SEND_WAIT`] in all; stops early when `stop` is set. A file that ends inside
+/// the stretch is an error when nothing was sent (the next write meets it otherwise).
+fn send_stretch(sock: &OwnedFd, stretch: &Send, stop: &AtomicBool) -> io::Result<Sent> {
+    let mut offset = stretch.offset;
+    let mut sent = 0;
+    let mut waited = Duration::ZERO;
+    while sent < stretch.len && !stop.load(Ordering::Relaxed) {
+        match rustix::fs::sendfile(sock, &*stretch.file, Some(&mut offset), stretch.len - sent) {
+            Ok(0) if sent == 0 => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "a blob ended inside the range being sent",
+                ));
+            }
+            Ok(0) => break,
+            Ok(n) => sent += n,
+            Err(rustix::io::Errno::AGAIN) => {
+                let Some(left) = SEND_WAIT.checked_sub(waited).filter(|d| !d.is_zero()) else {
+                    STALLS.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Sent {
+                        bytes: sent,
+                        stalled: true,
+                    });
+                };
+                let since = Instant::now();
+                let mut fds = [PollFd::new(sock, PollFlags::OUT)];
+                let left = Timespec::try_from(left).map_err(io::Error::other)?;
+                match rustix::event::poll(&mut fds, Some(&left)) {
+                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                waited += since.elapsed();
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) if sent > 0 => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(Sent {
+        bytes: sent,
+        stalled: false,
+    })
 }
 
 impl AsyncRead for SendfileSocket {
@@ -90,6 +206,11 @@ impl AsyncWrite for SendfileSocket {
         };
         if SendfileLane::is_placeholder(&bufs[0]) {
             return self.poll_send(cx, &bufs[0]);
+        }
+        if self.sending.is_some() {
+            return Poll::Ready(Err(io::Error::other(
+                "plain bytes written while a file stretch is being sent",
+            )));
         }
         let plain = bufs
             .iter()
@@ -139,6 +260,7 @@ where
 mod tests {
     use std::io::Write as _;
     use std::sync::Arc;
+    use std::time::Duration;
 
     use bytes::{Buf as _, Bytes};
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -238,5 +360,81 @@ mod tests {
             .await
             .expect_err("the file ends 50 bytes early");
         assert_eq!(err.kind(), io::ErrorKind::UnexpectedEof, "{err}");
+    }
+
+    /// A connected pair whose client receives into a small buffer, so that the server's sends
+    /// run out of room as soon as the client stops reading.
+    async fn narrow_pair(lane: SendfileLane) -> (SendfileSocket, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(64 * 1024).expect("rcvbuf");
+        let (client, accepted) = tokio::join!(socket.connect(addr), listener.accept());
+        let (server, _) = accepted.expect("accept");
+        (SendfileSocket::new(server, lane), client.expect("connect"))
+    }
+
+    /// A file of `len` patterned bytes.
+    fn patterned(len: u32) -> (Arc<std::fs::File>, Vec<u8>) {
+        let bytes: Vec<u8> = (0..len).map(|i| (i * 13 + i / 509) as u8).collect();
+        let mut file = tempfile::tempfile().expect("file");
+        file.write_all(&bytes).expect("write");
+        (Arc::new(file), bytes)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_stops_reading_gets_the_rest_when_it_reads_again() {
+        // More than the socket buffers hold with the client's at 64 KiB (tcp_wmem caps the
+        // send buffer at a few MiB).
+        let (file, bytes) = patterned(12 << 20);
+        let lane = SendfileLane::default();
+        let (mut server, mut client) = narrow_pair(lane.clone()).await;
+        let p = lane.stand_in(file, 0, bytes.len()).expect("placeholder");
+        let before = stalls();
+        let writer = tokio::spawn(async move { write_queue(&mut server, vec![p]).await });
+        let mut got = vec![0u8; 4096];
+        client.read_exact(&mut got).await.expect("first bytes");
+        // The stall under test: the client reads nothing more until the sending thread has
+        // given up waiting for room and handed the connection back to the runtime.
+        tokio::time::timeout(Duration::from_secs(20), async {
+            while stalls() == before {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await
+        .expect("the sending thread handed the stalled connection back");
+        client.read_to_end(&mut got).await.expect("the rest");
+        writer.await.expect("writer").expect("written");
+        assert!(
+            got == bytes,
+            "{} bytes received of {}",
+            got.len(),
+            bytes.len()
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_connection_dropped_while_sending_closes_after_a_prefix() {
+        let (file, bytes) = patterned(12 << 20);
+        let lane = SendfileLane::default();
+        let (server, mut client) = narrow_pair(lane.clone()).await;
+        let p = lane.stand_in(file, 0, bytes.len()).expect("placeholder");
+        let writer = tokio::spawn(async move {
+            let mut server = server;
+            write_queue(&mut server, vec![p]).await
+        });
+        client.readable().await.expect("sending");
+        writer.abort();
+        let mut got = Vec::new();
+        // Bounded only so that a socket left open fails the test instead of hanging it.
+        tokio::time::timeout(Duration::from_secs(20), client.read_to_end(&mut got))
+            .await
+            .expect("the connection closed")
+            .expect("read");
+        assert!(
+            got.len() < bytes.len(),
+            "the send stopped with the connection"
+        );
+        assert!(got == bytes[..got.len()], "a prefix of the stretch");
     }
 }

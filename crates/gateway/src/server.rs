@@ -76,13 +76,18 @@ impl Gateway {
         let grain = g
             .throttle
             .map_or(sluice_s3::blob::DEFAULT_GRAIN, |c| c.grain);
-        let blobs = Arc::new(BlobStore::new(
+        let local = matches!(config.backend, sluice_config::Backend::Local);
+        let blobs = BlobStore::new(
             open_backend(config)?,
             grain,
             crate::backend::part_size(config, grain),
-        ));
-        let local_root = matches!(config.backend, sluice_config::Backend::Local)
-            .then(|| g.data_dir.join("objects"));
+        );
+        let blobs = Arc::new(if local {
+            blobs.with_local_files()
+        } else {
+            blobs
+        });
+        let local_root = local.then(|| g.data_dir.join("objects"));
         let mut summary = reconcile(&catalog, &blobs, local_root.as_deref()).await?;
         summary.usage_fixed = report.usage_fixed;
         for (tenant, was, now) in &summary.usage_fixed {

@@ -21,6 +21,9 @@
 //! Reads fetch ranges of at most one grain, [`READ_AHEAD_BYTES`] ahead of the sender. Both
 //! windows are in bytes, not parts, so that one request alone can keep the tier busy however
 //! small the grain: a request with nothing admitted when the tier frees up loses its turn.
+//! A grain that the connection sends from a local file ([`crate::sendfile`]) is admitted
+//! here all the same, and read from the disk by the kernel as the connection sends it (the
+//! file's own read-ahead running a few MiB ahead), not by the fetch.
 //! Every backend transfer,
 //! in and out, is admitted through the tenant's [`Pacer`] right before it is issued, with its
 //! size as its cost: the throughput scheduler therefore decides the order in which the
@@ -28,6 +31,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use bytes::Bytes;
@@ -216,6 +220,8 @@ pub struct BlobStore {
     grain: u64,
     part_size: u64,
     blob_crc: bool,
+    /// Whether the backend hands back local files (see [`BlobStore::with_local_files`]).
+    local_files: bool,
     /// What local-disk grains are read into (see [`buffers`]).
     buffers: ReadBuffers,
 }
@@ -235,6 +241,7 @@ impl BlobStore {
             grain,
             part_size: part_size.max(64 * 1024),
             blob_crc: false,
+            local_files: false,
             buffers: ReadBuffers::new(usize::try_from(grain).unwrap_or(usize::MAX)),
         }
     }
@@ -244,6 +251,16 @@ impl BlobStore {
     #[must_use]
     pub fn with_blob_crc(mut self) -> Self {
         self.blob_crc = true;
+        self
+    }
+
+    /// The backend is the local filesystem, whose reads hand back the open file: a GET on a
+    /// connection that sends files itself (one with a [`SendfileLane`]) then opens each blob
+    /// once and has the connection send every grain of it from that one file, whose read-ahead
+    /// state the kernel keeps from grain to grain.
+    #[must_use]
+    pub fn with_local_files(mut self) -> Self {
+        self.local_files = true;
         self
     }
 
@@ -327,8 +344,9 @@ impl BlobStore {
     }
 
     /// The bytes `range` of an object made of `segments`, fetched a grain at a time. With a
-    /// `lane` (a GET's response on a connection that sends files itself), local-filesystem
-    /// grains are not read: the stream carries placeholders for them (see [`crate::sendfile`]).
+    /// `lane` (a GET's response on a connection that sends files itself) on local files, the
+    /// grains are not read here: the stream carries placeholders for them, and the connection
+    /// sends them from the blob's file (see [`crate::sendfile`]).
     pub fn read(
         &self,
         pacer: &Pacer,
@@ -339,7 +357,7 @@ impl BlobStore {
         let store = self.tenant(&pacer.tenant);
         let pacer = pacer.clone();
         let buffers = self.buffers.clone();
-        let send = lane.is_some();
+        let send = lane.is_some() && self.local_files;
         let mut grains = Vec::new();
         let mut base = 0;
         for seg in segments {
@@ -347,23 +365,29 @@ impl BlobStore {
             base = end;
             let lo = range.start.max(start);
             let hi = range.end.min(end);
+            let blob = Arc::new(BlobFile::default());
             let mut at = lo;
             while at < hi {
                 let to = hi.min(at + self.grain);
-                grains.push((Path::from(seg.blob.as_str()), (at - start)..(to - start)));
+                let path = Path::from(seg.blob.as_str());
+                grains.push((path, (at - start)..(to - start), Arc::clone(&blob)));
                 at = to;
             }
         }
         // Each grain is fetched by a task, so it reaches the backend as soon as it is admitted
         // even while the client is slow to take the previous one (see `write_inner`).
         let fetched = stream::iter(grains)
-            .map(move |(path, r)| {
+            .map(move |(path, r, blob)| {
                 let store = Arc::clone(&store);
                 let pacer = pacer.clone();
                 let buffers = buffers.clone();
                 let task = AbortOnDrop(tokio::spawn(async move {
                     pacer.admit(r.end - r.start, false).await;
-                    fetch(&store, &path, r, buffers, send).await
+                    if send {
+                        send_grain(&store, &path, r, &blob, buffers).await
+                    } else {
+                        fetch(&store, &path, r, buffers).await
+                    }
                 }));
                 async move {
                     task.await.unwrap_or_else(|e| {
@@ -464,15 +488,13 @@ enum Grain {
 /// The bytes `range` of a blob. On the local filesystem (the backend hands back the open
 /// file) they are read straight into a buffer from `buffers`, without zero-filling it first:
 /// `get_range` would zero-fill a fresh buffer per grain before reading over it, a memset per
-/// byte served that showed as 5% of the gateway's CPU under a GET benchmark. With `send`, a
-/// local file is handed back unread, for the connection to send (after checking that it holds
-/// the whole range: never short data). Other backends stream as usual.
+/// byte served that showed as 5% of the gateway's CPU under a GET benchmark. Other backends
+/// stream as usual.
 async fn fetch(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: Range<u64>,
     buffers: ReadBuffers,
-    send: bool,
 ) -> object_store::Result<Grain> {
     let result = store
         .get_opts(
@@ -484,50 +506,80 @@ async fn fetch(
         )
         .await?;
     let range = result.range.clone();
-    let sendable =
-        send && usize::try_from(range.end - range.start).is_ok_and(|n| n <= PLACEHOLDER_MAX);
     match result.payload {
-        GetResultPayload::File(file, local) => tokio::task::spawn_blocking(move || {
-            let read = if sendable {
-                file_holds(&file, &range)
-                    .and_then(|()| populate(&file, &range))
-                    .map(|()| Grain::File(Arc::new(file), range))
-            } else {
+        GetResultPayload::File(file, local) => {
+            blocking(local, move || {
                 read_file_range(&file, range, &buffers).map(Grain::Bytes)
-            };
-            read.map_err(|source| object_store::Error::Generic {
-                store: "LocalFileSystem",
-                source: format!("reading {}: {source}", local.display()).into(),
             })
-        })
-        .await
-        .map_err(|e| object_store::Error::Generic {
-            store: "sluice",
-            source: Box::new(e),
-        })?,
+            .await
+        }
         GetResultPayload::Stream(_) => result.bytes().await.map(Grain::Bytes),
     }
 }
 
-/// Brings `range` of `file` into the page cache without copying it anywhere (the kernel
-/// hands its pages to `/dev/null`), so that the connection's `sendfile` finds them there
-/// instead of waiting for the disk on a runtime thread.
-fn populate(file: &std::fs::File, range: &Range<u64>) -> std::io::Result<()> {
-    static NULL: OnceLock<Option<std::fs::File>> = OnceLock::new();
-    // Without /dev/null (a bare container) the pages are read by `sendfile` itself.
-    let Some(null) =
-        NULL.get_or_init(|| std::fs::File::options().write(true).open("/dev/null").ok())
-    else {
-        return Ok(());
-    };
-    let mut offset = range.start;
-    while offset < range.end {
-        let left = usize::try_from(range.end - offset).unwrap_or(usize::MAX);
-        if rustix::fs::sendfile(null, file, Some(&mut offset), left)? == 0 {
-            break;
-        }
+/// A blob's file, opened by the first of a read's grains to need it and shared by the rest
+/// (`None`: the backend streamed instead).
+#[derive(Default)]
+struct BlobFile(tokio::sync::OnceCell<Option<(Arc<std::fs::File>, PathBuf)>>);
+
+/// `range` of a blob, for the connection to send from the blob's file: unread here, once the
+/// file is known to hold the whole range (never short data). All grains of one blob in a read
+/// share one open file: opened afresh per grain, the file's read-ahead would start over small
+/// at every grain. A backend that streams instead (none with local files) is fetched as
+/// [`fetch`] does.
+async fn send_grain(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    range: Range<u64>,
+    blob: &BlobFile,
+    buffers: ReadBuffers,
+) -> object_store::Result<Grain> {
+    if usize::try_from(range.end - range.start).map_or(true, |n| n > PLACEHOLDER_MAX) {
+        return fetch(store, path, range, buffers).await;
     }
-    Ok(())
+    let opened = blob
+        .0
+        .get_or_try_init(|| async {
+            let result = store
+                .get_opts(
+                    path,
+                    GetOptions {
+                        range: Some(range.clone().into()),
+                        ..GetOptions::default()
+                    },
+                )
+                .await?;
+            Ok::<_, object_store::Error>(match result.payload {
+                GetResultPayload::File(file, local) => Some((Arc::new(file), local)),
+                GetResultPayload::Stream(_) => None,
+            })
+        })
+        .await?;
+    let Some((file, local)) = opened.clone() else {
+        return fetch(store, path, range, buffers).await;
+    };
+    blocking(local, move || {
+        file_holds(&file, &range)?;
+        Ok(Grain::File(file, range))
+    })
+    .await
+}
+
+/// Runs `f`, reading the local file `local`, on a blocking thread.
+async fn blocking(
+    local: PathBuf,
+    f: impl FnOnce() -> std::io::Result<Grain> + Send + 'static,
+) -> object_store::Result<Grain> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| object_store::Error::Generic {
+            store: "sluice",
+            source: Box::new(e),
+        })?
+        .map_err(|source| object_store::Error::Generic {
+            store: "LocalFileSystem",
+            source: format!("reading {}: {source}", local.display()).into(),
+        })
 }
 
 /// Whether `file` holds all of `range` (an error naming the shortfall if not).
@@ -877,6 +929,87 @@ mod tests {
             assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
         }
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn a_lane_read_on_local_files_sends_each_blob_from_one_open_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root: Arc<dyn ObjectStore> = Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("local"),
+        );
+        const GRAIN: u64 = 64 * 1024;
+        let (a, b) = (
+            vec![1u8; 3 * GRAIN as usize - 5],
+            vec![2u8; GRAIN as usize + 9],
+        );
+        for (name, bytes) in [("ckpt/a", &a), ("ckpt/b", &b)] {
+            root.put(
+                &Path::from(format!("tenants/t/{name}")),
+                bytes.clone().into(),
+            )
+            .await
+            .expect("put");
+        }
+        let segments = [
+            Segment {
+                blob: "ckpt/a".into(),
+                size: a.len() as u64,
+            },
+            Segment {
+                blob: "ckpt/b".into(),
+                size: b.len() as u64,
+            },
+        ];
+        let whole = 0..(a.len() + b.len()) as u64;
+        let pacer = Pacer::unthrottled("t");
+        let lane = SendfileLane::default();
+
+        // Without local files (any other backend) a lane changes nothing: bytes.
+        let plain = BlobStore::new(Arc::clone(&root), GRAIN, GRAIN);
+        let got: Vec<Bytes> = plain
+            .read(&pacer, &segments, whole.clone(), Some(&lane))
+            .try_collect()
+            .await
+            .expect("read");
+        assert!(got.iter().all(|g| !SendfileLane::is_placeholder(g)));
+        assert_eq!(got.concat(), [a.clone(), b.clone()].concat());
+
+        let local = BlobStore::new(root, GRAIN, GRAIN).with_local_files();
+        // From 10 bytes into `a` (grains count from the range's start) to 3 bytes into the
+        // second grain of `b`.
+        let range = 10..a.len() as u64 + GRAIN + 3;
+        let got: Vec<Bytes> = local
+            .read(&pacer, &segments, range, Some(&lane))
+            .try_collect()
+            .await
+            .expect("read");
+        let mut sends = Vec::new();
+        for g in &got {
+            assert!(SendfileLane::is_placeholder(g));
+            let send = lane.next(g).expect("queued in order");
+            lane.sent(send.len);
+            sends.push(send);
+        }
+        let stretches: Vec<(u64, usize)> = sends.iter().map(|s| (s.offset, s.len)).collect();
+        let g = GRAIN as usize;
+        assert_eq!(
+            stretches,
+            [
+                (10, g),
+                (10 + GRAIN, g),
+                (10 + 2 * GRAIN, g - 15),
+                (0, g),
+                (GRAIN, 3)
+            ]
+        );
+        // The grains of one blob share its open file; the two blobs' files differ.
+        assert!(
+            sends[..3]
+                .iter()
+                .all(|s| Arc::ptr_eq(&s.file, &sends[0].file))
+        );
+        assert!(Arc::ptr_eq(&sends[3].file, &sends[4].file));
+        assert!(!Arc::ptr_eq(&sends[0].file, &sends[3].file));
     }
 
     #[tokio::test]
