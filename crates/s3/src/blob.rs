@@ -31,7 +31,6 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use bytes::Bytes;
@@ -365,7 +364,10 @@ impl BlobStore {
             base = end;
             let lo = range.start.max(start);
             let hi = range.end.min(end);
-            let blob = Arc::new(BlobFile::default());
+            let blob = Arc::new(BlobFile {
+                file: tokio::sync::OnceCell::new(),
+                end: hi.saturating_sub(start),
+            });
             let mut at = lo;
             while at < hi {
                 let to = hi.min(at + self.grain);
@@ -507,26 +509,37 @@ async fn fetch(
         .await?;
     let range = result.range.clone();
     match result.payload {
-        GetResultPayload::File(file, local) => {
-            blocking(local, move || {
-                read_file_range(&file, range, &buffers).map(Grain::Bytes)
-            })
-            .await
-        }
+        GetResultPayload::File(file, local) => tokio::task::spawn_blocking(move || {
+            read_file_range(&file, range, &buffers)
+                .map(Grain::Bytes)
+                .map_err(|source| object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: format!("reading {}: {source}", local.display()).into(),
+                })
+        })
+        .await
+        .map_err(|e| object_store::Error::Generic {
+            store: "sluice",
+            source: Box::new(e),
+        })?,
         GetResultPayload::Stream(_) => result.bytes().await.map(Grain::Bytes),
     }
 }
 
 /// A blob's file, opened by the first of a read's grains to need it and shared by the rest
 /// (`None`: the backend streamed instead).
-#[derive(Default)]
-struct BlobFile(tokio::sync::OnceCell<Option<(Arc<std::fs::File>, PathBuf)>>);
+struct BlobFile {
+    file: tokio::sync::OnceCell<Option<Arc<std::fs::File>>>,
+    /// Where the read ends in this blob: the file must hold that much.
+    end: u64,
+}
 
-/// `range` of a blob, for the connection to send from the blob's file: unread here, once the
-/// file is known to hold the whole range (never short data). All grains of one blob in a read
-/// share one open file: opened afresh per grain, the file's read-ahead would start over small
-/// at every grain. A backend that streams instead (none with local files) is fetched as
-/// [`fetch`] does.
+/// `range` of a blob, for the connection to send from the blob's file, unread here. All
+/// grains of one blob in a read share one open file: opened afresh per grain, the file's
+/// read-ahead would start over small at every grain. The file is checked once, when opened,
+/// to hold all the read wants of it (blobs never change once written): a blob shorter than its
+/// record fails the read before its first byte, never sends short data. A backend that streams
+/// instead (none with local files) is fetched as [`fetch`] does.
 async fn send_grain(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
@@ -534,11 +547,11 @@ async fn send_grain(
     blob: &BlobFile,
     buffers: ReadBuffers,
 ) -> object_store::Result<Grain> {
-    if usize::try_from(range.end - range.start).map_or(true, |n| n > PLACEHOLDER_MAX) {
+    if !usize::try_from(range.end - range.start).is_ok_and(|n| n <= PLACEHOLDER_MAX) {
         return fetch(store, path, range, buffers).await;
     }
     let opened = blob
-        .0
+        .file
         .get_or_try_init(|| async {
             let result = store
                 .get_opts(
@@ -549,49 +562,28 @@ async fn send_grain(
                     },
                 )
                 .await?;
-            Ok::<_, object_store::Error>(match result.payload {
-                GetResultPayload::File(file, local) => Some((Arc::new(file), local)),
-                GetResultPayload::Stream(_) => None,
-            })
+            let GetResultPayload::File(file, local) = result.payload else {
+                return Ok(None);
+            };
+            if result.meta.size < blob.end {
+                return Err(object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: format!(
+                        "reading {}: {} bytes, short of {}: the blob is shorter than its record",
+                        local.display(),
+                        result.meta.size,
+                        blob.end
+                    )
+                    .into(),
+                });
+            }
+            Ok(Some(Arc::new(file)))
         })
         .await?;
-    let Some((file, local)) = opened.clone() else {
-        return fetch(store, path, range, buffers).await;
-    };
-    blocking(local, move || {
-        file_holds(&file, &range)?;
-        Ok(Grain::File(file, range))
-    })
-    .await
-}
-
-/// Runs `f`, reading the local file `local`, on a blocking thread.
-async fn blocking(
-    local: PathBuf,
-    f: impl FnOnce() -> std::io::Result<Grain> + Send + 'static,
-) -> object_store::Result<Grain> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| object_store::Error::Generic {
-            store: "sluice",
-            source: Box::new(e),
-        })?
-        .map_err(|source| object_store::Error::Generic {
-            store: "LocalFileSystem",
-            source: format!("reading {}: {source}", local.display()).into(),
-        })
-}
-
-/// Whether `file` holds all of `range` (an error naming the shortfall if not).
-fn file_holds(file: &std::fs::File, range: &Range<u64>) -> std::io::Result<()> {
-    let size = file.metadata()?.len();
-    if size < range.end {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!("{size} bytes, short of {range:?}: the blob is shorter than its record"),
-        ));
+    match opened {
+        Some(file) => Ok(Grain::File(Arc::clone(file), range)),
+        None => fetch(store, path, range, buffers).await,
     }
-    Ok(())
 }
 
 /// Reads exactly `range` of `file` into an empty buffer from `buffers` (no zero-fill:
@@ -1010,6 +1002,20 @@ mod tests {
         );
         assert!(Arc::ptr_eq(&sends[3].file, &sends[4].file));
         assert!(!Arc::ptr_eq(&sends[0].file, &sends[3].file));
+
+        // A blob shorter than its record fails the read before any of it is stood in.
+        let on_disk = dir.path().join("tenants/t/ckpt/a");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&on_disk)
+            .and_then(|f| f.set_len(2 * GRAIN))
+            .expect("truncate");
+        let mut read = local.read(&pacer, &segments[..1], 10..a.len() as u64, Some(&lane));
+        let first = read.next().await.expect("an item");
+        assert!(
+            first.is_err(),
+            "the shortfall is found when the blob is opened"
+        );
     }
 
     #[tokio::test]
