@@ -10,9 +10,10 @@
 //! `sendfile` reads from the disk any page not yet in the page cache, and waits for it, so it
 //! runs on a blocking thread, never on a runtime thread (where every other connection of that
 //! thread would wait behind the disk). The blocking thread sends the whole stretch, waiting for
-//! room in the socket itself while the client keeps taking bytes; a client that stops taking
-//! them for [`SEND_WAIT`] gets its connection handed back to the runtime, which waits for room
-//! without holding a thread. The kernel reads each page once, as it sends it, with the file's
+//! room in the socket itself while the client keeps taking bytes; a client that makes no room
+//! within [`ROOM_WAIT`], or has kept the thread waiting [`SEND_WAIT`] in all, gets its
+//! connection handed back to the runtime, which waits for room without holding a thread: a
+//! slow reader never holds a thread for long, whatever the number of them. The kernel reads each page once, as it sends it, with the file's
 //! own read-ahead running ahead of the sends (the page cache was once filled by a blocking
 //! thread first and sent from by the runtime after: every page looked up twice, and no byte
 //! sent before its whole grain was read).
@@ -35,6 +36,9 @@ use tokio::task::JoinHandle;
 /// How long, in all, a blocking thread waits for a client to make room while sending a
 /// stretch, before it hands the connection back to the runtime.
 pub const SEND_WAIT: Duration = Duration::from_millis(50);
+/// How long one wait for room may last: a client that takes longer to make room is a slow one,
+/// and waiting for it is the runtime's job, which holds no thread for it.
+pub const ROOM_WAIT: Duration = Duration::from_millis(5);
 
 /// Sends that handed their connection back to the runtime for want of room, process-wide.
 static STALLS: AtomicU64 = AtomicU64::new(0);
@@ -129,8 +133,9 @@ impl Drop for SendfileSocket {
     }
 }
 
-/// Sends `send` to the (non-blocking) socket `sock`, waiting for room while the client takes
-/// bytes, for [`SEND_WAIT`] in all; stops early when `stop` is set. A file that ends inside
+/// Sends `stretch` to the (non-blocking) socket `sock`, waiting for room while the client takes
+/// bytes: each time for at most [`ROOM_WAIT`], and for [`SEND_WAIT`] in all; stops early when
+/// `stop` is set. A file that ends inside
 /// the stretch is an error when nothing was sent (the next write meets it otherwise).
 fn send_stretch(sock: &OwnedFd, stretch: &Send, stop: &AtomicBool) -> io::Result<Sent> {
     let mut offset = stretch.offset;
@@ -147,21 +152,25 @@ fn send_stretch(sock: &OwnedFd, stretch: &Send, stop: &AtomicBool) -> io::Result
             Ok(0) => break,
             Ok(n) => sent += n,
             Err(rustix::io::Errno::AGAIN) => {
-                let Some(left) = SEND_WAIT.checked_sub(waited).filter(|d| !d.is_zero()) else {
+                let wait = SEND_WAIT.saturating_sub(waited).min(ROOM_WAIT);
+                let since = Instant::now();
+                let mut fds = [PollFd::new(sock, PollFlags::OUT)];
+                let room = match rustix::event::poll(
+                    &mut fds,
+                    Some(&Timespec::try_from(wait).map_err(io::Error::other)?),
+                ) {
+                    Ok(n) => n > 0,
+                    Err(rustix::io::Errno::INTR) => true,
+                    Err(e) => return Err(e.into()),
+                };
+                waited += since.elapsed();
+                if !room {
                     STALLS.fetch_add(1, Ordering::Relaxed);
                     return Ok(Sent {
                         bytes: sent,
                         stalled: true,
                     });
-                };
-                let since = Instant::now();
-                let mut fds = [PollFd::new(sock, PollFlags::OUT)];
-                let left = Timespec::try_from(left).map_err(io::Error::other)?;
-                match rustix::event::poll(&mut fds, Some(&left)) {
-                    Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                    Err(e) => return Err(e.into()),
                 }
-                waited += since.elapsed();
             }
             Err(rustix::io::Errno::INTR) => {}
             Err(_) if sent > 0 => break,
