@@ -114,12 +114,10 @@ impl SendfileSocket {
     /// readiness it saw before asking.
     fn forget_writable(&self) {
         let _ = self.sock.try_io(Interest::WRITABLE, || {
-            let mut fds = [PollFd::new(&self.sock, PollFlags::OUT)];
-            rustix::event::poll(&mut fds, Some(&Timespec::default()))?;
-            if fds[0].revents().is_empty() {
-                Err(io::ErrorKind::WouldBlock.into())
-            } else {
+            if has_room(&self.sock, Duration::ZERO)? {
                 Ok(())
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
             }
         });
     }
@@ -135,8 +133,8 @@ impl Drop for SendfileSocket {
 
 /// Sends `stretch` to the (non-blocking) socket `sock`, waiting for room while the client takes
 /// bytes: each time for at most [`ROOM_WAIT`], and for [`SEND_WAIT`] in all; stops early when
-/// `stop` is set. A file that ends inside
-/// the stretch is an error when nothing was sent (the next write meets it otherwise).
+/// `stop` is set. A file that ends inside the stretch is an error when nothing was sent (the
+/// next write meets it otherwise).
 fn send_stretch(sock: &OwnedFd, stretch: &Send, stop: &AtomicBool) -> io::Result<Sent> {
     let mut offset = stretch.offset;
     let mut sent = 0;
@@ -154,15 +152,7 @@ fn send_stretch(sock: &OwnedFd, stretch: &Send, stop: &AtomicBool) -> io::Result
             Err(rustix::io::Errno::AGAIN) => {
                 let wait = SEND_WAIT.saturating_sub(waited).min(ROOM_WAIT);
                 let since = Instant::now();
-                let mut fds = [PollFd::new(sock, PollFlags::OUT)];
-                let room = match rustix::event::poll(
-                    &mut fds,
-                    Some(&Timespec::try_from(wait).map_err(io::Error::other)?),
-                ) {
-                    Ok(n) => n > 0,
-                    Err(rustix::io::Errno::INTR) => true,
-                    Err(e) => return Err(e.into()),
-                };
+                let room = has_room(sock, wait)?;
                 waited += since.elapsed();
                 if !room {
                     STALLS.fetch_add(1, Ordering::Relaxed);
@@ -181,6 +171,18 @@ fn send_stretch(sock: &OwnedFd, stretch: &Send, stop: &AtomicBool) -> io::Result
         bytes: sent,
         stalled: false,
     })
+}
+
+/// Whether `sock` has room to send, waiting for it at most `wait` (an interrupted wait counts
+/// as room: the send that follows finds out).
+fn has_room(sock: &impl AsFd, wait: Duration) -> io::Result<bool> {
+    let mut fds = [PollFd::new(sock, PollFlags::OUT)];
+    let wait = Timespec::try_from(wait).map_err(io::Error::other)?;
+    match rustix::event::poll(&mut fds, Some(&wait)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(true),
+        Err(e) => Err(e.into()),
+    }
 }
 
 impl AsyncRead for SendfileSocket {

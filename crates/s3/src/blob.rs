@@ -364,15 +364,17 @@ impl BlobStore {
             base = end;
             let lo = range.start.max(start);
             let hi = range.end.min(end);
-            let blob = Arc::new(BlobFile {
-                file: tokio::sync::OnceCell::new(),
-                end: hi.saturating_sub(start),
+            let blob = send.then(|| {
+                Arc::new(BlobFile {
+                    file: tokio::sync::OnceCell::new(),
+                    end: hi.saturating_sub(start),
+                })
             });
             let mut at = lo;
             while at < hi {
                 let to = hi.min(at + self.grain);
                 let path = Path::from(seg.blob.as_str());
-                grains.push((path, (at - start)..(to - start), Arc::clone(&blob)));
+                grains.push((path, (at - start)..(to - start), blob.clone()));
                 at = to;
             }
         }
@@ -385,10 +387,9 @@ impl BlobStore {
                 let buffers = buffers.clone();
                 let task = AbortOnDrop(tokio::spawn(async move {
                     pacer.admit(r.end - r.start, false).await;
-                    if send {
-                        send_grain(&store, &path, r, &blob, buffers).await
-                    } else {
-                        fetch(&store, &path, r, buffers).await
+                    match blob {
+                        Some(blob) => send_grain(&store, &path, r, &blob, buffers).await,
+                        None => fetch(&store, &path, r, buffers).await,
                     }
                 }));
                 async move {
@@ -498,15 +499,7 @@ async fn fetch(
     range: Range<u64>,
     buffers: ReadBuffers,
 ) -> object_store::Result<Grain> {
-    let result = store
-        .get_opts(
-            path,
-            GetOptions {
-                range: Some(range.into()),
-                ..GetOptions::default()
-            },
-        )
-        .await?;
+    let result = get_range(store, path, range).await?;
     let range = result.range.clone();
     match result.payload {
         GetResultPayload::File(file, local) => tokio::task::spawn_blocking(move || {
@@ -524,6 +517,24 @@ async fn fetch(
         })?,
         GetResultPayload::Stream(_) => result.bytes().await.map(Grain::Bytes),
     }
+}
+
+/// `range` of the blob at `path`, as the backend hands it back (an open file on the local
+/// filesystem, a stream elsewhere).
+async fn get_range(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    range: Range<u64>,
+) -> object_store::Result<object_store::GetResult> {
+    store
+        .get_opts(
+            path,
+            GetOptions {
+                range: Some(range.into()),
+                ..GetOptions::default()
+            },
+        )
+        .await
 }
 
 /// A blob's file, opened by the first of a read's grains to need it and shared by the rest
@@ -553,15 +564,7 @@ async fn send_grain(
     let opened = blob
         .file
         .get_or_try_init(|| async {
-            let result = store
-                .get_opts(
-                    path,
-                    GetOptions {
-                        range: Some(range.clone().into()),
-                        ..GetOptions::default()
-                    },
-                )
-                .await?;
+            let result = get_range(store, path, range.clone()).await?;
             let GetResultPayload::File(file, local) = result.payload else {
                 return Ok(None);
             };
