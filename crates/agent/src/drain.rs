@@ -50,10 +50,10 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use crate::checksum::Crc;
 use crate::journal::{self, DonePart, Journal, Op, OpKind, UploadProgress};
 use crate::pacer::{IntervalEstimator, Policy, TokenBucket};
 use crate::upstream::{Upstream, UpstreamError};
+use sluice_store::Crc;
 
 /// Objects up to this size go up in one PUT.
 pub const SINGLE_PUT_MAX: u64 = 16 * 1024 * 1024;

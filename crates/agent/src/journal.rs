@@ -57,7 +57,7 @@ use sluice_meta::redb::{self, ReadableDatabase, ReadableTable, TableDefinition};
 use sluice_meta::{Change, CommitHook, MetaError, ObjectRecord};
 
 use crate::AgentError;
-use crate::checksum::{Checksums, Crc};
+use sluice_store::{Checksums, Crc};
 
 const OPS: TableDefinition<u64, &[u8]> = TableDefinition::new("drain_ops");
 const LATEST: TableDefinition<&[u8], u64> = TableDefinition::new("drain_latest");
@@ -263,7 +263,7 @@ impl JournalHook {
     }
 
     /// The whole body's checksum: of the inline bytes committed with it, or combined from
-    /// the checksums [`ChecksumStore`](crate::checksum::ChecksumStore) took of its blobs.
+    /// the checksums [`ChecksumStore`](sluice_store::ChecksumStore) took of its blobs.
     fn crc_of(&self, tenant: &str, object: &ObjectRecord, body: Option<&[u8]>) -> Option<Crc> {
         if object.inline {
             return body.map(Crc::of);

@@ -17,7 +17,6 @@
 //! The agent owns no S3 semantics of its own beyond the read merge: every operation is the
 //! gateway's code.
 
-pub mod checksum;
 pub mod drain;
 pub mod journal;
 pub mod node;
@@ -33,13 +32,12 @@ use std::sync::Arc;
 
 use object_store::ObjectStore;
 use sluice_config::Config;
-use sluice_gateway::local::LocalDisk;
 use sluice_meta::Catalog;
-use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
+use sluice_s3::{BlobStore, Front, FrontConfig, ReconcileSummary, TenantKey, Tenants};
+use sluice_store::{ChecksumStore, Checksums, LocalDisk};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::checksum::{ChecksumStore, Checksums};
 use crate::drain::Drain;
 use crate::journal::{Journal, JournalHook};
 use crate::node::NodeS3;
@@ -61,7 +59,9 @@ pub enum AgentError {
     #[error("local store: {0}")]
     Store(#[from] object_store::Error),
     #[error("reconciling with the local store: {0}")]
-    Reconcile(String),
+    Reconcile(#[from] sluice_s3::ReconcileError),
+    #[error("a start-up task failed: {0}")]
+    Join(String),
     #[error("upstream: {0}")]
     Upstream(#[from] upstream::UpstreamError),
     #[error("cannot listen on {addr}: {source}")]
@@ -78,7 +78,7 @@ pub struct Agent {
     tenants: Arc<Tenants>,
     listen: String,
     status_listen: Option<String>,
-    pub summary: sluice_gateway::ReconcileSummary,
+    pub summary: ReconcileSummary,
 }
 
 /// An agent serving and draining in the background.
@@ -113,7 +113,7 @@ impl Agent {
         let path = a.data_dir.join("meta.redb");
         let (catalog, report) = tokio::task::spawn_blocking(move || Catalog::open(&path))
             .await
-            .map_err(|e| AgentError::Reconcile(e.to_string()))??;
+            .map_err(|e| AgentError::Join(e.to_string()))??;
         let catalog = catalog.with_hook(hook);
         for t in &config.tenants {
             catalog.ledger().set_quota(&t.id, t.local.local_capacity);
@@ -130,9 +130,7 @@ impl Agent {
             .with_local_files()
             .with_blob_crc(),
         );
-        let mut summary = sluice_gateway::reconcile(&catalog, &blobs, Some(&objects))
-            .await
-            .map_err(|e| AgentError::Reconcile(e.to_string()))?;
+        let mut summary = sluice_s3::reconcile(&catalog, &blobs, Some(&objects)).await?;
         summary.usage_fixed = report.usage_fixed;
         for (tenant, blob) in &summary.missing {
             tracing::error!(
@@ -148,7 +146,7 @@ impl Agent {
             Arc::new(
                 tokio::task::spawn_blocking(move || Journal::open(c))
                     .await
-                    .map_err(|e| AgentError::Reconcile(e.to_string()))??,
+                    .map_err(|e| AgentError::Join(e.to_string()))??,
             )
         };
         let creds: HashMap<String, Credentials> = config
@@ -221,7 +219,7 @@ impl Agent {
         // Half the gateway's header limit: what a trainer stored here goes upstream with the
         // drain's own signature and headers, and must fit the gateway's limit whatever they add.
         let service = sluice_s3::service_with_route(self.node, &self.tenants, own_status)
-            .with_header_limit(sluice_s3::HEADER_SECTION_MAX / 2);
+            .with_header_limit(sluice_serve::HEADER_SECTION_MAX / 2);
         let mut tasks = vec![tokio::spawn(server::serve(
             listener,
             Listener::S3(service),

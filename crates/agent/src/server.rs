@@ -155,7 +155,7 @@ pub async fn serve(listener: TcpListener, serves: Listener, stop: watch::Receive
             }
         }
     });
-    sluice_gateway::serve_http(listener, svc, sluice_gateway::HEADER_READ_TIMEOUT, stop).await;
+    sluice_serve::serve_http(listener, svc, sluice_serve::HEADER_READ_TIMEOUT, stop).await;
 }
 
 pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), crate::AgentError> {

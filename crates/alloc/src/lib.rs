@@ -4,7 +4,7 @@
 //! Why: a request body arrives in hyper's read buffers, which are large blocks, and the local
 //! disk writes bodies with `O_DIRECT`, which takes memory only from an aligned address. When a
 //! buffer starts on a page and the bytes read into it start on a page of the body (which the
-//! server's reads arrange: see `sluice_gateway::framing`), the disk writes them from where they
+//! server's reads arrange: see `sluice_serve::framing`), the disk writes them from where they
 //! are; otherwise every byte is first copied into an aligned buffer, which was an eighth of the
 //! node agent's CPU in a checkpoint burst. glibc places a large block 16 bytes past a page (or
 //! anywhere in its heap); carving it on a page costs a page more per block of 64 KiB or more.

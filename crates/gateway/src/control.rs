@@ -125,7 +125,9 @@ impl Control {
                     .collect(),
             });
         }
-        self.metrics.render("sluice", &gauges)
+        let mut text = self.metrics.render("sluice", &gauges);
+        text.push_str(&sluice_serve::sendfile::render_metrics());
+        text
     }
 
     /// Applies a new configuration (see the module doc for what may change).
@@ -184,10 +186,10 @@ impl Control {
             let control = self.clone();
             async move { Ok::<_, Infallible>(control.answer(&req)) }
         });
-        let task = tokio::spawn(crate::serve_http(
+        let task = tokio::spawn(sluice_serve::serve_http(
             listener,
             svc,
-            crate::HEADER_READ_TIMEOUT,
+            sluice_serve::HEADER_READ_TIMEOUT,
             stop,
         ));
         Ok((local, task))

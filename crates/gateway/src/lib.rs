@@ -13,19 +13,11 @@
 //! period, then the process exits. A kill -9 at any point is safe by the catalog's crash
 //! model (see `sluice-meta`): the next start reconciles.
 
-mod backend;
 mod control;
-pub mod device;
-pub mod framing;
-pub mod local;
-mod reconcile;
-mod sendfile;
 mod server;
 
-pub use backend::open_backend;
 pub use control::{Control, set_tenant_limits, tenant_specs};
-pub use reconcile::{ReconcileSummary, reconcile};
-pub use server::{Gateway, HEADER_READ_TIMEOUT, Running, serve_http};
+pub use server::{Gateway, Running};
 
 use sluice_config::Config;
 
@@ -42,9 +34,11 @@ pub enum GatewayError {
     #[error("catalog: {0}")]
     Catalog(#[from] sluice_meta::MetaError),
     #[error("backend: {0}")]
-    Backend(#[from] object_store::Error),
+    Backend(#[from] sluice_store::StoreError),
     #[error("reconciling with the backend: {0}")]
-    Reconcile(String),
+    Reconcile(#[from] sluice_s3::ReconcileError),
+    #[error("a start-up task failed: {0}")]
+    Join(String),
     #[error("reload refused: {0}")]
     Reload(String),
     #[error("throughput scheduler: {0}")]

@@ -9,7 +9,7 @@ use object_store::path::Path;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, WriteMultipart};
 use sluice_config::Config;
 use sluice_gateway::Gateway;
-use sluice_s3::sendfile::bytes_stood_in;
+use sluice_serve::sendfile::bytes_stood_in;
 
 mod common;
 

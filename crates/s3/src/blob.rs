@@ -21,7 +21,7 @@
 //! Reads fetch ranges of at most one grain, [`READ_AHEAD_BYTES`] ahead of the sender. Both
 //! windows are in bytes, not parts, so that one request alone can keep the tier busy however
 //! small the grain: a request with nothing admitted when the tier frees up loses its turn.
-//! A grain that the connection sends from a local file ([`crate::sendfile`]) is admitted
+//! A grain that the connection sends from a local file ([`sluice_serve::sendfile`]) is admitted
 //! here all the same, and read from the disk by the kernel as the connection sends it (the
 //! file's own read-ahead running a few MiB ahead), not by the fetch.
 //! Every backend transfer,
@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
@@ -51,14 +51,13 @@ mod buffers;
 
 use buffers::ReadBuffers;
 
-use crate::sendfile::{PLACEHOLDER_MAX, SendfileLane};
+use sluice_serve::sendfile::{PLACEHOLDER_MAX, SendfileLane};
+use sluice_store::{BlobCrc, BlobCrcSlot};
 
 /// The largest transfer issued to the backend at once on reads, and the part size on backends
 /// that accept small parts, when no throughput scheduler is configured (which sets its own
 /// grain, 1 MiB by default): larger transfers cost less per byte.
 pub const DEFAULT_GRAIN: u64 = 4 * 1024 * 1024;
-/// S3 requires parts of at least 5 MiB (all but the last); S3 backends use this part size.
-pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 /// Bytes of parts a PUT keeps uploading while it reads the rest of the body (at least two
 /// parts).
 pub const WRITE_BEHIND_BYTES: u64 = 4 * 1024 * 1024;
@@ -179,37 +178,6 @@ pub struct BodyLimits {
     /// written to the backend. `None`: always write the blob (multipart parts, which the
     /// catalog assembles from blobs).
     pub inline: Option<u64>,
-}
-
-/// A blob's CRC-64/NVME (the checksum S3 itself keeps of whole objects) and length.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BlobCrc {
-    pub crc: u64,
-    pub len: u64,
-}
-
-/// Where a [`BlobStore`] made [`with_blob_crc`](BlobStore::with_blob_crc) leaves the
-/// [`BlobCrc`] of a body it writes, for the store underneath: in the `extensions` of the
-/// blob's `put_opts` (already set) or `put_multipart_opts` (set before `complete` is called).
-///
-/// The writer computes it chunk by chunk as the body arrives, while each chunk is still in the
-/// CPU's cache from the socket read; a store hashing the same bytes when they reach it, parts
-/// of several MiB later, reads them from memory again (the node agent measured 9% of a
-/// burst's CPU doing so, against 3.5% on arrival).
-#[derive(Debug, Clone, Default)]
-pub struct BlobCrcSlot(Arc<OnceLock<BlobCrc>>);
-
-impl BlobCrcSlot {
-    /// The blob's checksum, once the writer has read the whole body.
-    pub fn get(&self) -> Option<BlobCrc> {
-        self.0.get().copied()
-    }
-
-    /// Sets the checksum; a slot belongs to one blob and is set once, when its body has
-    /// ended (a second value is ignored).
-    pub fn set(&self, crc: BlobCrc) {
-        let _ = self.0.set(crc);
-    }
 }
 
 /// The backend, seen per tenant.
@@ -345,7 +313,7 @@ impl BlobStore {
     /// The bytes `range` of an object made of `segments`, fetched a grain at a time. With a
     /// `lane` (a GET's response on a connection that sends files itself) on local files, the
     /// grains are not read here: the stream carries placeholders for them, and the connection
-    /// sends them from the blob's file (see [`crate::sendfile`]).
+    /// sends them from the blob's file (see [`sluice_serve::sendfile`]).
     pub fn read(
         &self,
         pacer: &Pacer,
@@ -760,411 +728,4 @@ impl<T> std::future::Future for AbortOnDrop<T> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::fmt;
-    use std::time::Duration;
-
-    use async_trait::async_trait;
-    use futures::stream::BoxStream;
-    use object_store::memory::InMemory;
-    use object_store::{
-        CopyOptions, GetOptions, GetResult, ListResult, ObjectMeta, PutMultipartOptions,
-        PutOptions, PutPayload, PutResult, UploadPart,
-    };
-    use sluice_meta::Ledger;
-    use tokio::sync::mpsc;
-
-    use super::*;
-
-    /// An in-memory store whose multipart part uploads say when they first run, and which
-    /// keeps the [`BlobCrcSlot`] (if any) each blob's put came with.
-    #[derive(Debug)]
-    struct Watched {
-        inner: InMemory,
-        started: mpsc::UnboundedSender<usize>,
-        slots: std::sync::Mutex<Vec<(Path, Option<BlobCrcSlot>)>>,
-    }
-
-    impl Watched {
-        fn new(started: mpsc::UnboundedSender<usize>) -> Self {
-            Self {
-                inner: InMemory::new(),
-                started,
-                slots: std::sync::Mutex::default(),
-            }
-        }
-
-        fn keep_slot(&self, location: &Path, extensions: &object_store::Extensions) {
-            self.slots
-                .lock()
-                .expect("slots")
-                .push((location.clone(), extensions.get::<BlobCrcSlot>().cloned()));
-        }
-    }
-
-    impl fmt::Display for Watched {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "Watched")
-        }
-    }
-
-    #[derive(Debug)]
-    struct WatchedUpload {
-        inner: Box<dyn MultipartUpload>,
-        started: mpsc::UnboundedSender<usize>,
-    }
-
-    #[async_trait]
-    impl MultipartUpload for WatchedUpload {
-        fn put_part(&mut self, data: PutPayload) -> UploadPart {
-            let (started, len) = (self.started.clone(), data.content_length());
-            let part = self.inner.put_part(data);
-            Box::pin(async move {
-                let _ = started.send(len);
-                part.await
-            })
-        }
-
-        async fn complete(&mut self) -> object_store::Result<PutResult> {
-            self.inner.complete().await
-        }
-
-        async fn abort(&mut self) -> object_store::Result<()> {
-            self.inner.abort().await
-        }
-    }
-
-    #[async_trait]
-    impl ObjectStore for Watched {
-        async fn put_opts(
-            &self,
-            location: &Path,
-            payload: PutPayload,
-            opts: PutOptions,
-        ) -> object_store::Result<PutResult> {
-            self.keep_slot(location, &opts.extensions);
-            self.inner.put_opts(location, payload, opts).await
-        }
-
-        async fn put_multipart_opts(
-            &self,
-            location: &Path,
-            opts: PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn MultipartUpload>> {
-            self.keep_slot(location, &opts.extensions);
-            let inner = self.inner.put_multipart_opts(location, opts).await?;
-            Ok(Box::new(WatchedUpload {
-                inner,
-                started: self.started.clone(),
-            }))
-        }
-
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: GetOptions,
-        ) -> object_store::Result<GetResult> {
-            self.inner.get_opts(location, options).await
-        }
-
-        fn delete_stream(
-            &self,
-            locations: BoxStream<'static, object_store::Result<Path>>,
-        ) -> BoxStream<'static, object_store::Result<Path>> {
-            self.inner.delete_stream(locations)
-        }
-
-        fn list(
-            &self,
-            prefix: Option<&Path>,
-        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-            self.inner.list(prefix)
-        }
-
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&Path>,
-        ) -> object_store::Result<ListResult> {
-            self.inner.list_with_delimiter(prefix).await
-        }
-
-        async fn copy_opts(
-            &self,
-            from: &Path,
-            to: &Path,
-            options: CopyOptions,
-        ) -> object_store::Result<()> {
-            self.inner.copy_opts(from, to, options).await
-        }
-    }
-
-    #[test]
-    fn a_file_range_reads_exactly_or_fails() {
-        use std::io::Write;
-        let dir = std::env::temp_dir().join(format!("sluice-blob-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let path = dir.join("blob");
-        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
-        std::fs::File::create(&path)
-            .and_then(|mut f| f.write_all(&data))
-            .expect("write");
-        let file = std::fs::File::open(&path).expect("open");
-        // Grains of 8 KiB: reads of 4 KiB or more go through kept buffers.
-        let buffers = ReadBuffers::new(8192);
-        let whole = read_file_range(&file, 0..8192, &buffers).expect("read");
-        assert_eq!(&whole[..], &data[..8192]);
-        let at = whole.as_ptr();
-        drop(whole);
-        // Into the same buffer, over the bytes it held: exactly the range's.
-        let got = read_file_range(&file, 1234..5678, &buffers).expect("read");
-        assert_eq!(got.as_ptr(), at);
-        assert_eq!(&got[..], &data[1234..5678]);
-        for range in [9_000..11_000, 5_000..11_000] {
-            let err = read_file_range(&file, range, &buffers).expect_err("past the end");
-            assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
-        }
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[tokio::test]
-    async fn a_lane_read_on_local_files_sends_each_blob_from_one_open_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let root: Arc<dyn ObjectStore> = Arc::new(
-            object_store::local::LocalFileSystem::new_with_prefix(dir.path()).expect("local"),
-        );
-        const GRAIN: u64 = 64 * 1024;
-        let (a, b) = (
-            vec![1u8; 3 * GRAIN as usize - 5],
-            vec![2u8; GRAIN as usize + 9],
-        );
-        for (name, bytes) in [("ckpt/a", &a), ("ckpt/b", &b)] {
-            root.put(
-                &Path::from(format!("tenants/t/{name}")),
-                bytes.clone().into(),
-            )
-            .await
-            .expect("put");
-        }
-        let segments = [
-            Segment {
-                blob: "ckpt/a".into(),
-                size: a.len() as u64,
-            },
-            Segment {
-                blob: "ckpt/b".into(),
-                size: b.len() as u64,
-            },
-        ];
-        let whole = 0..(a.len() + b.len()) as u64;
-        let pacer = Pacer::unthrottled("t");
-        let lane = SendfileLane::default();
-
-        // Without local files (any other backend) a lane changes nothing: bytes.
-        let plain = BlobStore::new(Arc::clone(&root), GRAIN, GRAIN);
-        let got: Vec<Bytes> = plain
-            .read(&pacer, &segments, whole.clone(), Some(&lane))
-            .try_collect()
-            .await
-            .expect("read");
-        assert!(got.iter().all(|g| !SendfileLane::is_placeholder(g)));
-        assert_eq!(got.concat(), [a.clone(), b.clone()].concat());
-
-        let local = BlobStore::new(root, GRAIN, GRAIN).with_local_files();
-        // From 10 bytes into `a` (grains count from the range's start) to 3 bytes into the
-        // second grain of `b`.
-        let range = 10..a.len() as u64 + GRAIN + 3;
-        let got: Vec<Bytes> = local
-            .read(&pacer, &segments, range, Some(&lane))
-            .try_collect()
-            .await
-            .expect("read");
-        let mut sends = Vec::new();
-        for g in &got {
-            assert!(SendfileLane::is_placeholder(g));
-            let send = lane.next(g).expect("queued in order");
-            lane.sent(send.len);
-            sends.push(send);
-        }
-        let stretches: Vec<(u64, usize)> = sends.iter().map(|s| (s.offset, s.len)).collect();
-        let g = GRAIN as usize;
-        assert_eq!(
-            stretches,
-            [
-                (10, g),
-                (10 + GRAIN, g),
-                (10 + 2 * GRAIN, g - 15),
-                (0, g),
-                (GRAIN, 3)
-            ]
-        );
-        // The grains of one blob share its open file; the two blobs' files differ.
-        assert!(
-            sends[..3]
-                .iter()
-                .all(|s| Arc::ptr_eq(&s.file, &sends[0].file))
-        );
-        assert!(Arc::ptr_eq(&sends[3].file, &sends[4].file));
-        assert!(!Arc::ptr_eq(&sends[0].file, &sends[3].file));
-
-        // A blob shorter than its record fails the read before any of it is stood in.
-        let on_disk = dir.path().join("tenants/t/ckpt/a");
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(&on_disk)
-            .and_then(|f| f.set_len(2 * GRAIN))
-            .expect("truncate");
-        let mut read = local.read(&pacer, &segments[..1], 10..a.len() as u64, Some(&lane));
-        let first = read.next().await.expect("an item");
-        assert!(
-            first.is_err(),
-            "the shortfall is found when the blob is opened"
-        );
-    }
-
-    #[tokio::test]
-    async fn an_inline_read_is_exact_or_fails() {
-        let body = Bytes::from_static(b"0123456789");
-        let pacer = Pacer::unthrottled("t");
-        let read = |r: Range<u64>| read_inline(&pacer, body.clone(), r).try_collect::<Vec<_>>();
-        assert_eq!(
-            read(2..5).await.expect("read"),
-            [Bytes::from_static(b"234")]
-        );
-        assert!(read(3..3).await.expect("empty").is_empty());
-        assert!(read(5..11).await.is_err(), "a range past the body");
-        assert_eq!(
-            pacer
-                .metrics
-                .bytes_out
-                .load(std::sync::atomic::Ordering::Relaxed),
-            3 + 6
-        );
-    }
-
-    /// Regression: an admitted part used to sit unpolled until the next part had been read
-    /// from the client, so the tier saw admitted work late and bunched (a standing queue in
-    /// front of other tenants that the scheduler could not see). A part must start on the
-    /// backend while the body is still open and silent.
-    #[tokio::test]
-    async fn an_admitted_part_starts_before_the_next_body_bytes_arrive() {
-        const PART: u64 = 64 * 1024;
-        let (started_tx, mut started) = mpsc::unbounded_channel();
-        let backend = Arc::new(Watched::new(started_tx));
-        let store = Arc::new(BlobStore::new(backend.clone(), PART, PART));
-        let (body_tx, body_rx) = mpsc::channel::<Result<Bytes, std::io::Error>>(1);
-        let body = Box::pin(futures::stream::unfold(body_rx, |mut rx| async move {
-            rx.recv().await.map(|chunk| (chunk, rx))
-        }));
-        let ledger = Ledger::default();
-        ledger.set_quota("t", 1 << 30);
-        let mut reservation = ledger.reserve("t", 0).expect("reserve");
-        let writer = {
-            let store = Arc::clone(&store);
-            tokio::spawn(async move {
-                let limits = BodyLimits {
-                    declared: None,
-                    max: 1 << 30,
-                    inline: None,
-                };
-                let pacer = Pacer::unthrottled("t");
-                store
-                    .write(&pacer, "b/x", body, limits, &mut reservation)
-                    .await
-            })
-        };
-        let first = Bytes::from(vec![1u8; PART as usize]);
-        body_tx.send(Ok(first.clone())).await.expect("send");
-        let len = tokio::time::timeout(Duration::from_secs(10), started.recv())
-            .await
-            .expect("the first part did not start while the body waited for more bytes")
-            .expect("watcher");
-        assert_eq!(len, PART as usize);
-        let rest = Bytes::from(vec![2u8; 1000]);
-        body_tx.send(Ok(rest.clone())).await.expect("send");
-        drop(body_tx);
-        let written = writer.await.expect("task").expect("write");
-        assert_eq!(written.size, PART + 1000);
-        let stored = backend
-            .inner
-            .get(&Path::from("tenants/t/b/x"))
-            .await
-            .expect("stored")
-            .bytes()
-            .await
-            .expect("bytes");
-        assert_eq!(stored, [first, rest].concat());
-    }
-
-    /// Writes `bytes` as the blob `name` of tenant `t`, in chunks of a size that divides
-    /// neither a part nor the body.
-    async fn write_all(store: &BlobStore, ledger: &Ledger, name: &str, bytes: &[u8]) {
-        let chunks: Vec<Result<Bytes, std::io::Error>> = bytes
-            .chunks(10_007)
-            .map(|c| Ok(Bytes::copy_from_slice(c)))
-            .collect();
-        let mut reservation = ledger.reserve("t", bytes.len() as u64).expect("reserve");
-        let limits = BodyLimits {
-            declared: Some(bytes.len() as u64),
-            max: 1 << 30,
-            inline: None,
-        };
-        store
-            .write(
-                &Pacer::unthrottled("t"),
-                name,
-                futures::stream::iter(chunks),
-                limits,
-                &mut reservation,
-            )
-            .await
-            .expect("write");
-    }
-
-    /// A blob store asked for checksums hands the store, for every blob, the CRC-64/NVME and
-    /// length of exactly the bytes written, whether the body is one put or many parts and
-    /// however it was chunked on the wire; one not asked hands none.
-    #[tokio::test]
-    async fn blob_checksums_cover_exactly_the_bytes_written_and_only_when_asked() {
-        const PART: u64 = 64 * 1024;
-        let body: Vec<u8> = (0..(3 * PART + 12_345))
-            .map(|i| (i * 7 % 253) as u8)
-            .collect();
-        let (tx, _started) = mpsc::unbounded_channel();
-        let backend = Arc::new(Watched::new(tx));
-        let checked = BlobStore::new(backend.clone(), PART, PART).with_blob_crc();
-        let plain = BlobStore::new(backend.clone(), PART, PART);
-        let ledger = Ledger::default();
-        ledger.set_quota("t", 1 << 30);
-        let small = &body[..5000];
-        write_all(&checked, &ledger, "b/large", &body).await;
-        write_all(&checked, &ledger, "b/small", small).await;
-        write_all(&plain, &ledger, "b/plain", &body).await;
-        let slots = backend.slots.lock().expect("slots").clone();
-        let crc_of = |bytes: &[u8]| BlobCrc {
-            crc: crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, bytes),
-            len: bytes.len() as u64,
-        };
-        let slot_of = |name: &str| {
-            let path = Path::from(format!("tenants/t/{name}"));
-            slots
-                .iter()
-                .find(|(p, _)| *p == path)
-                .unwrap_or_else(|| panic!("no put of {name}"))
-                .1
-                .clone()
-        };
-        let large = slot_of("b/large").expect("a slot for the multipart blob");
-        assert_eq!(large.get(), Some(crc_of(&body)));
-        let small_slot = slot_of("b/small").expect("a slot for the single put");
-        assert_eq!(small_slot.get(), Some(crc_of(small)));
-        assert!(
-            slot_of("b/plain").is_none(),
-            "a store not asked gets no slot"
-        );
-        assert_ne!(
-            crc_of(&body),
-            crc_of(&body[1..]),
-            "the checksum sees every byte"
-        );
-    }
-}
+mod tests;

@@ -34,7 +34,7 @@ use crate::auth::Caller;
 use crate::blob::{BlobStore, Pacer};
 use crate::checksum::Expected;
 use crate::error::{ApiError, ApiResult};
-use crate::sendfile::SendfileLane;
+use sluice_serve::sendfile::SendfileLane;
 
 /// The largest PutObject body kept inline in the catalog instead of in a blob.
 ///

@@ -8,7 +8,7 @@
 //! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix
 //!   (or handing a small body back, for the catalog to keep inline with its record);
 //! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status;
-//! - [`connection`]: the service as hyper serves it, with the connection rules clients need.
+//! - [`reconcile`]: the catalog and the blobs checked against each other at start.
 //!
 //! It does not own listeners, configuration files or process lifecycle (the gateway and agent
 //! crates do), nor metadata storage (`sluice-meta`).
@@ -16,16 +16,16 @@
 pub mod auth;
 pub mod blob;
 pub mod checksum;
-pub mod connection;
 pub mod error;
 pub mod front;
 pub mod name;
-pub mod sendfile;
+pub mod reconcile;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, sigv4_tenant};
 pub use blob::BlobStore;
-pub use connection::{HEADER_SECTION_MAX, HttpService};
 pub use front::{Front, FrontConfig};
+pub use reconcile::{ReconcileError, ReconcileSummary, reconcile};
+pub use sluice_serve::HttpService;
 
 use std::sync::Arc;
 

@@ -9,7 +9,7 @@ use crate::journal::JournalHook;
 /// A drain over a fresh catalog (with the journal hook) and an in-memory blob store; its
 /// upstream is never contacted.
 fn drain(dir: &std::path::Path) -> Drain {
-    let sums = Arc::new(crate::checksum::Checksums::default());
+    let sums = Arc::new(sluice_store::Checksums::default());
     let wake = Arc::new(Notify::new());
     let hook = JournalHook::new(BTreeMap::new(), sums, Arc::clone(&wake));
     let (catalog, _) = Catalog::open(&dir.join("meta.redb")).expect("open");

@@ -15,7 +15,7 @@ use crate::blob::{self, BlobStore, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
-use crate::sendfile::SendfileLane;
+use sluice_serve::sendfile::SendfileLane;
 
 /// The most user-defined metadata an object may carry: the UTF-8 bytes of every key and value
 /// (`x-amz-meta-` excluded), S3's limit. Every byte is returned in each GET and HEAD.
@@ -368,7 +368,7 @@ impl Front {
 
     /// The bytes `range` of an object, from its inline body or its blobs, admitted through
     /// the tenant's pacer either way; with a `lane`, local-filesystem blobs as placeholders
-    /// for the connection to send (a GET's response body only: see [`crate::sendfile`]).
+    /// for the connection to send (a GET's response body only: see [`sluice_serve::sendfile`]).
     pub(super) fn read_object(
         &self,
         tenant: &str,

@@ -141,7 +141,7 @@ pub struct CalibrateArgs {
 
 pub fn calibrate(args: &CalibrateArgs) -> anyhow::Result<()> {
     let config = sluice_config::Config::load(&args.config)?;
-    let store = sluice_gateway::open_backend(&config)?;
+    let store = sluice_store::open_backend(&config)?;
     let c = super::runtime()?.block_on(sluice_bench::calibrate::run(
         store,
         args.grains,

@@ -1,4 +1,4 @@
-//! The backend behind the gateway: the local filesystem (default) or any S3-compatible store.
+//! Opening the configured backend: the local filesystem (default) or any S3-compatible store.
 
 use std::sync::Arc;
 
@@ -6,43 +6,47 @@ use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
 use sluice_config::{Backend, Config};
 
-use crate::{GatewayError, gateway_section};
+use crate::StoreError;
+use crate::device::EmulatedDevice;
+use crate::local::LocalDisk;
+
+/// The part size of multipart writes on S3 backends: S3's 5 MiB minimum, rounded up to 8 MiB.
+pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 
 /// Opens the configured backend (behind an emulated device if `[backend.emulate]` is set).
 /// The local filesystem lives in `data_dir/objects` with fsync on, so a blob is durable before
 /// the catalog references it; large blobs are written around the page cache ([`LocalDisk`]).
-///
-/// [`LocalDisk`]: crate::local::LocalDisk
-pub fn open_backend(config: &Config) -> Result<Arc<dyn ObjectStore>, GatewayError> {
+pub fn open_backend(config: &Config) -> Result<Arc<dyn ObjectStore>, StoreError> {
     let store = open_raw(config)?;
     Ok(match config.emulate {
         None => store,
-        Some(d) => Arc::new(crate::device::EmulatedDevice::new(
-            store,
-            d.bandwidth,
-            d.ops,
-        )),
+        Some(d) => Arc::new(EmulatedDevice::new(store, d.bandwidth, d.ops)),
     })
 }
 
 /// The part size for multipart writes: a grain where the backend takes small parts (the local
-/// filesystem), S3's 5 MiB minimum (rounded up to 8 MiB) elsewhere.
+/// filesystem), [`S3_PART_SIZE`] elsewhere.
 pub fn part_size(config: &Config, grain: u64) -> u64 {
     match config.backend {
         Backend::Local => grain,
-        Backend::S3(_) => sluice_s3::blob::S3_PART_SIZE.max(grain),
+        Backend::S3(_) => S3_PART_SIZE.max(grain),
     }
 }
 
-fn open_raw(config: &Config) -> Result<Arc<dyn ObjectStore>, GatewayError> {
+fn open_raw(config: &Config) -> Result<Arc<dyn ObjectStore>, StoreError> {
     match &config.backend {
         Backend::Local => {
-            let dir = gateway_section(config)?.data_dir.join("objects");
-            std::fs::create_dir_all(&dir).map_err(|source| GatewayError::DataDir {
+            let data_dir = &config
+                .gateway
+                .as_ref()
+                .ok_or(StoreError::NoDataDir)?
+                .data_dir;
+            let dir = data_dir.join("objects");
+            std::fs::create_dir_all(&dir).map_err(|source| StoreError::Dir {
                 path: dir.clone(),
                 source,
             })?;
-            Ok(Arc::new(crate::local::LocalDisk::open(&dir)?))
+            Ok(Arc::new(LocalDisk::open(&dir)?))
         }
         Backend::S3(s3) => {
             let mut b = AmazonS3Builder::new()

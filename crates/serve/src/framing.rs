@@ -29,7 +29,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// The body offsets reads are made to end on: multiples of the local disk's alignment for
 /// direct writes.
-pub const PAGE: u64 = crate::local::ALIGN as u64;
+pub const PAGE: u64 = 4096;
 
 /// The longest request head followed; a longer one (which the server refuses anyway) turns
 /// the reader into a pass-through.

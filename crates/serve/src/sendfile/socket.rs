@@ -2,7 +2,7 @@
 //!
 //! A GET response body on the local filesystem carries placeholders for its grains, each
 //! queued on the connection's [`SendfileLane`] with the file and offset it stands for (see
-//! `sluice_s3::sendfile`). This writer passes every other byte to the socket as it is, and for
+//! `super::lane`). This writer passes every other byte to the socket as it is, and for
 //! a placeholder at the head of what hyper writes, has the kernel send the file's bytes
 //! instead: no copy into a buffer of ours, none out of it. A placeholder the lane cannot
 //! account for fails the write (and so the connection): it is never sent as data.
@@ -27,8 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
+use super::lane::{Send, SendfileLane};
 use rustix::event::{PollFd, PollFlags, Timespec};
-use sluice_s3::sendfile::{Send, SendfileLane};
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
@@ -43,8 +43,9 @@ pub const ROOM_WAIT: Duration = Duration::from_millis(5);
 /// Sends that handed their connection back to the runtime for want of room, process-wide.
 static STALLS: AtomicU64 = AtomicU64::new(0);
 
-#[cfg(test)]
-fn stalls() -> u64 {
+/// How many sends handed their connection back to the runtime because the client made no room
+/// in time (slow readers), process-wide: `sluice_sendfile_handbacks_total` in `/metrics`.
+pub fn stalls() -> u64 {
     STALLS.load(Ordering::Relaxed)
 }
 

@@ -44,7 +44,7 @@ use object_store::{
 
 /// Alignment of every direct write's memory, offset and length: the logical block size of any
 /// disk in use (512 B or 4 KiB).
-pub(crate) const ALIGN: usize = 4096;
+pub const ALIGN: usize = 4096;
 /// Bytes copied and written per system call: large enough that a call's cost is small, small
 /// enough that the buffer stays in the CPU's cache between the copy and the write (4 MiB
 /// writes measured slower than 1 MiB ones).

@@ -1,7 +1,7 @@
 //! A request body read by the server lands in memory in phase with its offsets (address and
 //! offset agreeing modulo the page), so that the local disk writes it without copying it: the
 //! binary's allocator (`sluice-alloc`, installed here as in `sluice`), hyper's read buffers
-//! and the server's page-ending reads (`sluice_gateway::framing`) together.
+//! and the server's page-ending reads (`sluice_serve::framing`) together.
 
 use std::sync::{Arc, Mutex};
 
@@ -12,7 +12,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 #[global_allocator]
 static ALLOC: sluice_alloc::PageAligned = sluice_alloc::PageAligned;
 
-const PAGE: usize = sluice_gateway::framing::PAGE as usize;
+const PAGE: usize = sluice_serve::framing::PAGE as usize;
 
 /// Bytes of the bodies received, in phase and in all.
 type Tally = Arc<Mutex<(usize, usize)>>;
@@ -43,10 +43,10 @@ async fn serve(tally: Tally) -> (std::net::SocketAddr, tokio::sync::watch::Sende
         }
     });
     let (stop, rx) = tokio::sync::watch::channel(false);
-    tokio::spawn(sluice_gateway::serve_http(
+    tokio::spawn(sluice_serve::serve_http(
         listener,
         svc,
-        sluice_gateway::HEADER_READ_TIMEOUT,
+        sluice_serve::HEADER_READ_TIMEOUT,
         rx,
     ));
     (addr, stop)

@@ -6,7 +6,7 @@
 //! slices of one static run of zeros ([`PLACEHOLDER_MAX`] long, in the binary's zero-filled
 //! data, so it costs no memory). Each placeholder stands for a stretch of a file queued on the
 //! connection's [`SendfileLane`], in the order the body yields them, which is the order hyper
-//! writes them in. The connection (the gateway's `SendfileSocket`) recognises a placeholder by
+//! writes them in. The connection ([`super::SendfileSocket`]) recognises a placeholder by
 //! its address and sends the stretch of the file instead.
 //!
 //! Placeholders are never sent as data: a placeholder the lane cannot account for (none
@@ -35,7 +35,8 @@ static PLACEHOLDER: [u8; PLACEHOLDER_MAX] = [0; PLACEHOLDER_MAX];
 static STOOD_IN: AtomicU64 = AtomicU64::new(0);
 
 /// How many bytes of files response bodies of this process have carried placeholders for
-/// (counted before the body yields them, so before any of them is sent).
+/// (counted before the body yields them, so before any of them is sent):
+/// `sluice_sendfile_bytes_total` in `/metrics`.
 pub fn bytes_stood_in() -> u64 {
     STOOD_IN.load(Ordering::Relaxed)
 }

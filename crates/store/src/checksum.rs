@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -29,7 +29,37 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     PutMultipartOptions, PutOptions, PutPayload, PutResult, Result, UploadPart,
 };
-use sluice_s3::blob::{BlobCrc, BlobCrcSlot};
+
+/// A blob's CRC-64/NVME (the checksum S3 itself keeps of whole objects) and length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlobCrc {
+    pub crc: u64,
+    pub len: u64,
+}
+
+/// Where a blob writer (`sluice_s3::BlobStore::with_blob_crc`) leaves the [`BlobCrc`] of a
+/// body it writes, for the store underneath: in the `extensions` of the
+/// blob's `put_opts` (already set) or `put_multipart_opts` (set before `complete` is called).
+///
+/// The writer computes it chunk by chunk as the body arrives, while each chunk is still in the
+/// CPU's cache from the socket read; a store hashing the same bytes when they reach it, parts
+/// of several MiB later, reads them from memory again (the node agent measured 9% of a
+/// burst's CPU doing so, against 3.5% on arrival).
+#[derive(Debug, Clone, Default)]
+pub struct BlobCrcSlot(Arc<OnceLock<BlobCrc>>);
+
+impl BlobCrcSlot {
+    /// The blob's checksum, once the writer has read the whole body.
+    pub fn get(&self) -> Option<BlobCrc> {
+        self.0.get().copied()
+    }
+
+    /// Sets the checksum; a slot belongs to one blob and is set once, when its body has
+    /// ended (a second value is ignored).
+    pub fn set(&self, crc: BlobCrc) {
+        let _ = self.0.set(crc);
+    }
+}
 
 const ALGO: crc_fast::CrcAlgorithm = crc_fast::CrcAlgorithm::Crc64Nvme;
 

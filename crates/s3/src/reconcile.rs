@@ -3,10 +3,19 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use sluice_meta::Catalog;
-use sluice_s3::BlobStore;
+use sluice_meta::{Catalog, MetaError};
 
-use crate::GatewayError;
+use crate::BlobStore;
+use crate::error::ApiError;
+
+/// Why reconciliation could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("catalog: {0}")]
+    Catalog(#[from] MetaError),
+    #[error("listing the backend's blobs: {0}")]
+    List(#[source] ApiError),
+}
 
 /// What reconciliation did.
 #[derive(Debug, Default, Clone)]
@@ -27,13 +36,10 @@ pub async fn reconcile(
     catalog: &Catalog,
     blobs: &BlobStore,
     local_root: Option<&Path>,
-) -> Result<ReconcileSummary, GatewayError> {
+) -> Result<ReconcileSummary, ReconcileError> {
     let mut summary = ReconcileSummary::default();
     let referenced = catalog.referenced_blobs()?;
-    let stored = blobs
-        .list_all()
-        .await
-        .map_err(|e| GatewayError::Reconcile(e.to_string()))?;
+    let stored = blobs.list_all().await.map_err(ReconcileError::List)?;
     let mut present: HashMap<&str, HashSet<&str>> = HashMap::new();
     let mut orphans: HashMap<String, Vec<String>> = HashMap::new();
     for (tenant, blob) in &stored {

@@ -1,0 +1,36 @@
+//! Serving HTTP for both processes, the gateway and the node agent: the accept loop
+//! ([`serve_http`]), the reads under hyper ([`framing`]), the writes under hyper
+//! ([`sendfile`]) and the connection rules S3 clients need ([`connection`]).
+//!
+//! # The contract with hyper
+//!
+//! Two things here work only because of how hyper 1 drives a connection's I/O, and both are
+//! pinned by tests in this crate (`tests/hyper_contract.rs`), so that an upgrade of hyper that
+//! changes them fails the suite instead of corrupting a response:
+//!
+//! 1. **Writes.** With `http1().writev(true)`, hyper queues each body chunk as the `Bytes` it
+//!    was given and hands the queue to the socket with `poll_write_vectored`, unflattened: a
+//!    chunk reaches [`sendfile::SendfileSocket`] at the address it was created with. That is
+//!    how a placeholder (a slice of one static run of zeros) is recognised and replaced by the
+//!    file stretch its [`sendfile::SendfileLane`] names. If hyper ever copied chunks into a
+//!    buffer of its own, placeholders would arrive at other addresses: the socket would send
+//!    the zeros. The test serves a placeholder body through [`serve_http`] and checks that the
+//!    client receives the file's bytes — never zeros — and that an unaccounted placeholder
+//!    breaks the connection.
+//! 2. **Reads.** hyper reads from the connection into its own buffer and hands body pieces on
+//!    in the order and with the boundaries of those reads. [`framing::PageReads`] ends every
+//!    read inside a body on a 4 KiB page of it, so that with page-aligned buffers (the binary's
+//!    allocator, `sluice-alloc`) pieces arrive in phase for `O_DIRECT` writes
+//!    (`sluice_store::LocalDisk`). This is a performance contract only: pieces out of phase
+//!    are copied, never lost (`tests/in_phase.rs`).
+//!
+//! A placeholder must never leave as zeros: anything that reads the bytes between hyper and
+//! the socket (TLS, say) must not be offered a lane, and HTTP/2 never is ([`sendfile::WithLane`]).
+
+pub mod connection;
+pub mod framing;
+mod listener;
+pub mod sendfile;
+
+pub use connection::{HEADER_SECTION_MAX, HttpService};
+pub use listener::{HEADER_READ_TIMEOUT, serve_http};
