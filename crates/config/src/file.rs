@@ -58,6 +58,7 @@ pub struct FileAgent {
     pub listen: Option<String>,
     pub data_dir: Option<String>,
     pub upstream: Option<String>,
+    pub upstream_region: Option<String>,
     pub status_listen: Option<String>,
 }
 

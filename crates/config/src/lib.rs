@@ -121,6 +121,8 @@ pub struct AgentConfig {
     pub listen: String,
     pub data_dir: PathBuf,
     pub upstream: String,
+    /// The region the agent signs its upstream requests for (SigV4).
+    pub upstream_region: String,
     pub status_listen: Option<String>,
 }
 

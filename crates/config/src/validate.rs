@@ -150,6 +150,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         upstream: a
             .upstream
             .unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
+        upstream_region: a.upstream_region.unwrap_or_else(|| "us-east-1".to_owned()),
         status_listen: a.status_listen,
     });
     if let Some(a) = &agent
@@ -400,6 +401,14 @@ mod tests {
             .expect_err("must fail")
             .to_string();
         assert!(err.contains("tenant[0] \"alice\": max_objects"), "{err}");
+    }
+
+    #[test]
+    fn the_agent_signs_for_the_configured_upstream_region_or_us_east_1() {
+        let c = parse("[agent]\n").expect("valid");
+        assert_eq!(c.agent.expect("agent").upstream_region, "us-east-1");
+        let c = parse("[agent]\nupstream_region = \"eu-west-3\"\n").expect("valid");
+        assert_eq!(c.agent.expect("agent").upstream_region, "eu-west-3");
     }
 
     #[test]
