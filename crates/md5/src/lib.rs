@@ -1,46 +1,53 @@
 //! The MD5 of every body (the S3 ETag), hashed for many concurrent bodies at once.
 //!
 //! MD5 is a chain: every 64-byte block depends on the one before, so one body hashes at one
-//! core's scalar speed (0.7 GB/s on the machines we measure on), and a checkpoint burst of 16
-//! concurrent 256 MiB PUTs through the node agent spent 41% of its CPU in MD5. Different
-//! bodies are independent chains, though, and one AVX-512 instruction advances sixteen of
-//! them ([`lanes`]). So a body, once it is larger than [`OFFLOAD_MIN`], is handed to a small
-//! pool of hasher threads; a hasher takes every body with bytes waiting and advances them
-//! together, sixteen at a time, a body joining a lane as another leaves it. Fewer than
-//! [`MIN_SIMD_BODIES`] bodies, or a CPU without AVX-512, are hashed one at a time by the
-//! scalar assembly core instead.
+//! core's scalar speed, and in a checkpoint burst of concurrent large PUTs through the node
+//! agent MD5 is a large share of the CPU. Different bodies are independent chains, though,
+//! and on x86-64 one AVX-512 instruction advances sixteen of them ([`lanes`]). So a body, once
+//! it is larger than [`OFFLOAD_MIN`], is handed to a small pool of hasher threads; a hasher
+//! takes every body with bytes waiting and advances them together, sixteen at a time, a body
+//! joining a lane as another leaves it. Fewer than [`MIN_SIMD_BODIES`] bodies, or a kernel
+//! without lanes, are hashed one at a time by the scalar core instead.
 //!
 //! A hasher waits until the lanes can be filled: it starts a batch when sixteen bodies have
 //! bytes waiting, or every body in the pool has, or a body is needed (its writer called
-//! [`Md5Stream::finish`] or is [`MAX_PENDING`] ahead). A 16-lane step costs the same however
-//! many lanes are busy, so a batch hashes a rectangle: it stops as soon as one of its lanes
-//! runs dry, and what the others have not reached waits for the next batch, unless a writer
-//! waits for it. A writer that is [`MAX_PENDING`] ahead is owed only what brings it back to
-//! half that, so the lanes stop soon after it; only a finishing body is hashed to its end,
-//! one at a time once fewer than [`MIN_SIMD_BODIES`] lanes are left. For the same reason,
-//! with the 16-lane kernel only one hasher works per sixteen bodies in the pool: two hashers
-//! would split sixteen bodies into two batches of eight that never meet again. (Fewer than
-//! [`MIN_SIMD_BODIES`] bodies are hashed one at a time, by as many hashers as there are.)
-//!
-//! Measured on a 16 × 256 MiB burst through the node agent: waiting for every body (rather
-//! than batching whatever was ready when one body reached 1 MiB) moved most bytes from
-//! batches of 3–15 bodies into batches of sixteen: 1.31–1.46 CPU-s/GiB for the burst, against
-//! 1.44–1.66. Rectangles, owed bytes, one hasher per sixteen bodies and a [`MAX_PENDING`] of
-//! 16 MiB rather than 8 (with 8, writers reached it 50–120 times a burst while the pool waited
-//! for a body that had nothing yet, each time a batch whose lanes ran dry one by one) then
-//! took the lanes' occupancy from 0.56–0.68 to 0.86–0.95 and the bytes hashed one at a time
-//! from 78–252 MiB to 24–50 MiB per burst: the hashers' CPU samples fell by a quarter to two
-//! fifths, the burst's from 1.14–1.30 to 1.07–1.16 CPU-s/GiB (three alternating pairs).
+//! [`Md5Stream::finish`] or is [`MAX_PENDING`] ahead). Waiting for every body, rather than
+//! batching whatever is ready, is what puts most bytes into batches of sixteen. A 16-lane
+//! step costs the same however many lanes are busy, so a batch hashes a rectangle: it stops
+//! as soon as one of its lanes runs dry, and what the others have not reached waits for the
+//! next batch, unless a writer waits for it. A writer that is [`MAX_PENDING`] ahead is owed
+//! only what brings it back to half that, so the lanes stop soon after it; only a finishing
+//! body is hashed to its end, one at a time once fewer than [`MIN_SIMD_BODIES`] lanes are
+//! left. For the same reason, with the 16-lane kernel only one hasher works per sixteen
+//! bodies in the pool: two hashers would split sixteen bodies into two batches of eight that
+//! never meet again. (Fewer than [`MIN_SIMD_BODIES`] bodies are hashed one at a time, by as
+//! many hashers as there are.) [`MAX_PENDING`] is large enough that writers seldom reach it
+//! while the pool waits for a body that has nothing yet: each time they do, a batch starts
+//! whose lanes run dry one by one.
 //!
 //! The bytes queued are the very `Bytes` the write path stores (reference counted, never
 //! copied), at most `MAX_PENDING` per body: a writer that gets further ahead waits for the
 //! hashers, so memory stays bounded and a saturated pool slows writers down rather than
 //! growing queues. Bodies no larger than `OFFLOAD_MIN` are hashed inline by the caller: the
 //! hop to another thread would cost more than it saves.
+//!
+//! # Kernels
+//! The code that advances the chains is chosen once per process (a `Kernel`):
+//! - on x86-64 with AVX-512F, the sixteen lanes, and md5-asm's assembly core for one body at
+//!   a time;
+//! - on x86-64 without AVX-512F, the assembly core alone;
+//! - on every other target (aarch64: Grace, Graviton), or on x86-64 when the environment has
+//!   `SLUICE_MD5_PORTABLE=1`, md-5's pure-Rust compression function, one body at a time.
+//!
+//! All compute the same function, and the pool, its batching and its bounds are the same for
+//! each; without lanes a batch is simply hashed one body after another. md5-asm and the
+//! AVX-512 code are built only for x86-64; the portable kernel is built everywhere, so that
+//! it is tested on x86-64 too, against the others.
 
 pub mod lanes;
 
 use std::collections::VecDeque;
+use std::ffi::OsStr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use bytes::Bytes;
@@ -55,10 +62,78 @@ pub const MIN_SIMD_BODIES: usize = 3;
 /// Bodies one hasher takes at a time.
 const MAX_BATCH: usize = 64;
 
+/// The environment variable that forces the portable kernel on x86-64 (any value but empty
+/// or `0`).
+const PORTABLE_ENV: &str = "SLUICE_MD5_PORTABLE";
+
+/// The code that advances MD5 states. Every kernel computes the same function: a state may
+/// be advanced by one and finished by another.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kernel {
+    /// md-5's pure-Rust compression function, one body at a time: every target.
+    Portable,
+    /// md5-asm's assembly core, one body at a time.
+    #[cfg(target_arch = "x86_64")]
+    Asm,
+    /// The assembly core, and sixteen bodies at a time by AVX-512 ([`lanes`]) where a batch
+    /// has company. Only where [`lanes::available`].
+    #[cfg(target_arch = "x86_64")]
+    Lanes,
+}
+
+impl Kernel {
+    /// The process's kernel, chosen on first use.
+    fn get() -> Self {
+        static KERNEL: OnceLock<Kernel> = OnceLock::new();
+        *KERNEL.get_or_init(|| {
+            Self::choose(
+                std::env::var_os(PORTABLE_ENV).as_deref(),
+                lanes::available(),
+            )
+        })
+    }
+
+    /// The fastest kernel this target and CPU (`avx512`) have, unless `portable` (the value of
+    /// [`PORTABLE_ENV`]) asks for the portable one.
+    fn choose(portable: Option<&OsStr>, avx512: bool) -> Self {
+        let forced = portable.is_some_and(|v| !v.is_empty() && v != "0");
+        #[cfg(target_arch = "x86_64")]
+        if !forced {
+            return if avx512 { Self::Lanes } else { Self::Asm };
+        }
+        let _ = (forced, avx512);
+        Self::Portable
+    }
+
+    /// Advances `state` by `blocks`.
+    fn compress(self, state: &mut [u32; 4], blocks: &[[u8; 64]]) {
+        match self {
+            Self::Portable => portable_md5::block_api::compress(state, blocks),
+            #[cfg(target_arch = "x86_64")]
+            Self::Asm | Self::Lanes => md5_asm::compress(state, blocks),
+        }
+    }
+
+    /// Whether batches of this kernel advance sixteen bodies at a time.
+    #[cfg(target_arch = "x86_64")]
+    fn lanes(self) -> bool {
+        self == Self::Lanes
+    }
+
+    /// Whether batches of this kernel advance sixteen bodies at a time: never, off x86-64.
+    #[cfg(not(target_arch = "x86_64"))]
+    #[expect(clippy::unused_self, reason = "the lanes are x86-64's")]
+    fn lanes(self) -> bool {
+        false
+    }
+}
+
 /// MD5 over bytes fed in any pieces: the state after every whole block, and the partial
 /// block after them.
 #[derive(Clone, Copy)]
 struct Md5 {
+    /// What advances `state`.
+    kernel: Kernel,
     state: [u32; 4],
     tail: [u8; 64],
     tail_len: usize,
@@ -66,8 +141,9 @@ struct Md5 {
 }
 
 impl Md5 {
-    const fn new() -> Self {
+    const fn new(kernel: Kernel) -> Self {
         Self {
+            kernel,
             state: [0x6745_2301, 0xefcd_ab89, 0x98ba_dcfe, 0x1032_5476],
             tail: [0; 64],
             tail_len: 0,
@@ -90,11 +166,11 @@ impl Md5 {
             if self.tail_len < 64 {
                 return;
             }
-            md5_asm::compress(&mut self.state, &[self.tail]);
+            self.kernel.compress(&mut self.state, &[self.tail]);
             self.tail_len = 0;
         }
         let (blocks, rest) = data.as_chunks::<64>();
-        md5_asm::compress(&mut self.state, blocks);
+        self.kernel.compress(&mut self.state, blocks);
         self.fill_tail(rest);
     }
 
@@ -105,7 +181,7 @@ impl Md5 {
         last[0][self.tail_len] = 0x80;
         let blocks = if self.tail_len < 56 { 1 } else { 2 };
         last[blocks - 1][56..].copy_from_slice(&self.len.wrapping_mul(8).to_le_bytes());
-        md5_asm::compress(&mut state, &last[..blocks]);
+        self.kernel.compress(&mut state, &last[..blocks]);
         let mut out = [0u8; 16];
         for (o, s) in out.chunks_exact_mut(4).zip(state) {
             o.copy_from_slice(&s.to_le_bytes());
@@ -116,6 +192,8 @@ impl Md5 {
 
 /// A body's MD5, computed as its bytes go by.
 pub struct Md5Stream {
+    /// Its pool's kernel (and the inline hasher's).
+    kernel: Kernel,
     mode: Mode,
 }
 
@@ -134,8 +212,14 @@ impl Default for Md5Stream {
 
 impl Md5Stream {
     pub fn new() -> Self {
+        Self::with_kernel(Kernel::get())
+    }
+
+    /// A stream hashed by `kernel`, inline and in that kernel's pool.
+    fn with_kernel(kernel: Kernel) -> Self {
         Self {
-            mode: Mode::Inline(Md5::new()),
+            kernel,
+            mode: Mode::Inline(Md5::new(kernel)),
         }
     }
 
@@ -143,7 +227,7 @@ impl Md5Stream {
     /// it is no longer.
     pub async fn update(&mut self, chunk: Bytes) {
         match &mut self.mode {
-            Mode::Inline(md5) => match pool() {
+            Mode::Inline(md5) => match pool(self.kernel) {
                 Some(pool) if md5.len + chunk.len() as u64 > OFFLOAD_MIN => {
                     let body = Arc::new(Body {
                         queue: Mutex::new(Queue {
@@ -163,7 +247,7 @@ impl Md5Stream {
                 _ => md5.update(&chunk),
             },
             Mode::Pooled(body) => {
-                if let Some(pool) = pool() {
+                if let Some(pool) = pool(self.kernel) {
                     pool.submit(body, chunk);
                     let over = {
                         let mut q = body.lock();
@@ -193,7 +277,7 @@ impl Md5Stream {
                     q.wait = Wait::End;
                     q.busy
                 };
-                if busy && let Some(pool) = pool() {
+                if busy && let Some(pool) = pool(self.kernel) {
                     pool.hurry();
                 }
                 body.wait_until(|q| !q.busy).await;
@@ -212,7 +296,7 @@ impl Drop for Md5Stream {
             q.pending_bytes = 0;
             q.abandoned = true;
             drop(q);
-            if let Some(pool) = pool() {
+            if let Some(pool) = pool(self.kernel) {
                 let mut ready = pool.ready();
                 ready.active = ready.active.saturating_sub(1);
                 // One body fewer to wait for.
@@ -287,6 +371,7 @@ impl Body {
 }
 
 struct Pool {
+    /// Batches are hashed sixteen bodies at a time ([`Kernel::lanes`]).
     simd: bool,
     ready: Mutex<Ready>,
     wake: Condvar,
@@ -316,18 +401,34 @@ impl Ready {
     }
 }
 
-/// The process's hasher pool, started on first use; `None` if no thread could be started.
-fn pool() -> Option<&'static Arc<Pool>> {
-    static POOL: OnceLock<Option<Arc<Pool>>> = OnceLock::new();
-    POOL.get_or_init(|| {
-        let pool = Arc::new(Pool {
-            simd: lanes::available(),
+/// The hasher pool of `kernel`, started on first use; `None` if no thread could be started.
+/// A process uses only the pool of its own kernel ([`Kernel::get`]); tests start the others.
+fn pool(kernel: Kernel) -> Option<&'static Arc<Pool>> {
+    static PORTABLE: OnceLock<Option<Arc<Pool>>> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    static ASM: OnceLock<Option<Arc<Pool>>> = OnceLock::new();
+    #[cfg(target_arch = "x86_64")]
+    static LANES: OnceLock<Option<Arc<Pool>>> = OnceLock::new();
+    let cell = match kernel {
+        Kernel::Portable => &PORTABLE,
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Asm => &ASM,
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Lanes => &LANES,
+    };
+    cell.get_or_init(|| Pool::start(kernel)).as_ref()
+}
+
+impl Pool {
+    fn start(kernel: Kernel) -> Option<Arc<Self>> {
+        let pool = Arc::new(Self {
+            simd: kernel.lanes(),
             ready: Mutex::new(Ready {
                 bodies: VecDeque::new(),
                 urgent: false,
                 active: 0,
                 working: 0,
-                lanes: lanes::available(),
+                lanes: kernel.lanes(),
             }),
             wake: Condvar::new(),
         });
@@ -341,11 +442,8 @@ fn pool() -> Option<&'static Arc<Pool>> {
             started += usize::from(spawned.is_ok());
         }
         (started > 0).then_some(pool)
-    })
-    .as_ref()
-}
+    }
 
-impl Pool {
     fn ready(&self) -> MutexGuard<'_, Ready> {
         self.ready.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -586,7 +684,7 @@ fn hash_many(
                 runs.clear();
                 break;
             }
-            md5_asm::compress(&mut md5.state, front);
+            md5.kernel.compress(&mut md5.state, front);
             hashed[i] += front.len() * 64;
             runs.pop_front();
         }

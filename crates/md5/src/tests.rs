@@ -44,26 +44,206 @@ fn body(seed: u64, len: usize, max_chunk: usize) -> Vec<Bytes> {
     out
 }
 
+/// Every kernel this target and CPU can run: the portable one first.
+fn kernels() -> Vec<Kernel> {
+    let all = [
+        Kernel::Portable,
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Asm,
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Lanes,
+    ];
+    all.into_iter()
+        .filter(|k| !k.lanes() || lanes::available())
+        .collect()
+}
+
+/// The sixteen-lane kernel, where this CPU has it.
+fn lanes_kernel() -> Option<Kernel> {
+    kernels().into_iter().find(|k| k.lanes())
+}
+
+fn hex(digest: &[u8; 16]) -> String {
+    use std::fmt::Write as _;
+    digest.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// RFC 1321's test suite (appendix A.5), and a million `a`s.
+fn known_vectors() -> Vec<(Vec<u8>, &'static str)> {
+    let digits = b"1234567890".repeat(8);
+    vec![
+        (b"".to_vec(), "d41d8cd98f00b204e9800998ecf8427e"),
+        (b"a".to_vec(), "0cc175b9c0f1b6a831c399e269772661"),
+        (b"abc".to_vec(), "900150983cd24fb0d6963f7d28e17f72"),
+        (b"message digest".to_vec(), "f96b697d7cb7938d525a2f31aaf161d0"),
+        (
+            b"abcdefghijklmnopqrstuvwxyz".to_vec(),
+            "c3fcd3d76192e4007dfb496cca67e13b",
+        ),
+        (
+            b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789".to_vec(),
+            "d174ab98d277d9f5a5611c2c9f419d9f",
+        ),
+        (digits, "57edf4a22be3c955ac49da2e2107b67a"),
+        (vec![b'a'; 1_000_000], "7707d6ae4e027c70eea2a935c2296f21"),
+    ]
+}
+
 #[test]
 fn the_scalar_hasher_matches_the_reference_at_every_padding_boundary() {
-    for len in (0..200).chain([4095, 4096, 4097, 100_000]) {
-        let chunks = body(len as u64 + 3, len, 70);
-        let mut md5 = Md5::new();
-        for c in &chunks {
-            md5.update(c);
+    for kernel in kernels() {
+        for len in (0..200).chain([4095, 4096, 4097, 100_000]) {
+            let chunks = body(len as u64 + 3, len, 70);
+            let mut md5 = Md5::new(kernel);
+            for c in &chunks {
+                md5.update(c);
+            }
+            assert_eq!(
+                md5.finalize(),
+                reference(&chunks),
+                "{kernel:?}, length {len}"
+            );
         }
-        assert_eq!(md5.finalize(), reference(&chunks), "length {len}");
     }
-    // RFC 1321's test suite.
-    let mut md5 = Md5::new();
-    md5.update(b"abc");
-    assert_eq!(
-        md5.finalize(),
-        [
-            0x90, 0x01, 0x50, 0x98, 0x3c, 0xd2, 0x4f, 0xb0, 0xd6, 0x96, 0x3f, 0x7d, 0x28, 0xe1,
-            0x7f, 0x72
-        ]
-    );
+}
+
+#[test]
+fn every_kernel_gives_the_known_digests() {
+    for kernel in kernels() {
+        for (input, want) in known_vectors() {
+            // Whole, and in pieces that leave every tail length.
+            let mut whole = Md5::new(kernel);
+            whole.update(&input);
+            let mut pieces = Md5::new(kernel);
+            for piece in input.chunks(37) {
+                pieces.update(piece);
+            }
+            for md5 in [whole, pieces] {
+                assert_eq!(
+                    hex(&md5.finalize()),
+                    want,
+                    "{kernel:?}, {} bytes",
+                    input.len()
+                );
+            }
+        }
+    }
+}
+
+/// The portable kernel through the whole stream (inline, then its own pool, which has no
+/// lanes): the known digests, and for random bodies of every awkward length the digest the
+/// assembly core and the lanes give (and the reference) — bodies cut differently for each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_portable_stream_hashes_every_length_as_the_other_kernels_do() {
+    for (input, want) in known_vectors() {
+        let chunks = input.chunks(100_000).map(Bytes::copy_from_slice).collect();
+        let got = hash_with(Kernel::Portable, chunks).await;
+        assert_eq!(hex(&got), want, "{} bytes", input.len());
+    }
+    let offload = OFFLOAD_MIN as usize;
+    let lens = [
+        0,
+        1,
+        55,
+        56,
+        63,
+        64,
+        65,
+        127,
+        128,
+        129,
+        4096,
+        offload - 1,
+        offload,
+        offload + 1,
+        offload + 63,
+        offload + 65,
+        3 * 1024 * 1024 + 17,
+        MAX_PENDING + 1,
+        2 * MAX_PENDING + 55,
+    ];
+    for (i, &len) in lens.iter().enumerate() {
+        // A chunk crossing OFFLOAD_MIN, or OFFLOAD_MIN reached exactly.
+        let max_chunk = [1, 64, 1000, 70_000, offload, 1 << 20][i % 6].max(len / 256);
+        let portable = body(i as u64 + 11, len, max_chunk);
+        let want = reference(&portable);
+        let got = hash_with(Kernel::Portable, portable.clone()).await;
+        assert_eq!(hex(&got), hex(&want), "portable, {len} bytes");
+        for kernel in kernels().into_iter().skip(1) {
+            // The same bytes, cut elsewhere.
+            let whole: Vec<u8> = portable.iter().flat_map(|c| c.iter().copied()).collect();
+            let mut rng = Rng(i as u64 + 99);
+            let mut other = Vec::new();
+            let mut at = 0;
+            while at < whole.len() {
+                let end = (at + 1 + rng.below(max_chunk * 2)).min(whole.len());
+                other.push(Bytes::copy_from_slice(&whole[at..end]));
+                at = end;
+            }
+            assert_eq!(
+                hex(&hash_with(kernel, other).await),
+                hex(&got),
+                "{kernel:?} against portable, {len} bytes"
+            );
+        }
+    }
+}
+
+/// A portable stream is hashed by the portable kernel all the way: inline, then in the
+/// portable pool, which has no lanes, whatever the process's kernel.
+#[tokio::test]
+async fn a_portable_stream_stays_portable_in_its_own_pool() {
+    let mut md5 = Md5Stream::with_kernel(Kernel::Portable);
+    let chunks = body(3, 2 * OFFLOAD_MIN as usize, 4096);
+    let want = reference(&chunks);
+    for c in chunks {
+        md5.update(c).await;
+        let kernel = match &md5.mode {
+            Mode::Inline(m) => m.kernel,
+            Mode::Pooled(b) => b.lock().md5.kernel,
+        };
+        assert_eq!(kernel, Kernel::Portable);
+    }
+    assert!(matches!(md5.mode, Mode::Pooled(_)), "past OFFLOAD_MIN");
+    let pool = pool(Kernel::Portable).expect("the portable pool");
+    assert!(!pool.simd && !pool.ready().lanes);
+    assert_eq!(md5.finish().await, want);
+}
+
+#[test]
+fn the_environment_switch_forces_the_portable_kernel() {
+    let forced = |v: &str| Kernel::choose(Some(OsStr::new(v)), true);
+    assert_eq!(forced("1"), Kernel::Portable);
+    assert_eq!(forced("yes"), Kernel::Portable);
+    assert_eq!(Kernel::choose(Some(OsStr::new("1")), false), Kernel::Portable);
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert_eq!(forced("0"), Kernel::Lanes, "0 forces nothing");
+        assert_eq!(forced(""), Kernel::Lanes, "nor does an empty value");
+        assert_eq!(Kernel::choose(None, true), Kernel::Lanes);
+        assert_eq!(Kernel::choose(None, false), Kernel::Asm);
+        assert_eq!(Kernel::choose(Some(OsStr::new("0")), false), Kernel::Asm);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        assert_eq!(Kernel::choose(None, false), Kernel::Portable);
+        assert_eq!(forced("0"), Kernel::Portable);
+    }
+}
+
+/// The process's kernel is the one its environment and CPU call for: run the tests with
+/// `SLUICE_MD5_PORTABLE=1` and every test that uses [`Md5Stream::new`] runs the portable one.
+#[test]
+fn the_process_kernel_follows_the_environment() {
+    let env = std::env::var_os(PORTABLE_ENV);
+    let want = Kernel::choose(env.as_deref(), lanes::available());
+    assert_eq!(Kernel::get(), want);
+    if env.is_some_and(|v| v == "1") {
+        assert_eq!(Kernel::get(), Kernel::Portable);
+    }
 }
 
 #[test]
@@ -99,7 +279,7 @@ fn sixteen_lanes_advance_exactly_like_sixteen_scalar_chains() {
         for k in 0..16 {
             let mut want = before[k];
             if let Some(run) = runs[k] {
-                md5_asm::compress(&mut want, &run[..n]);
+                Kernel::Portable.compress(&mut want, &run[..n]);
             }
             assert_eq!(states[k], want, "round {round}, lane {k}");
         }
@@ -107,8 +287,8 @@ fn sixteen_lanes_advance_exactly_like_sixteen_scalar_chains() {
 }
 
 /// The scalar hasher's state after `chunks`.
-fn hashed(chunks: &[Bytes]) -> Md5 {
-    let mut md5 = Md5::new();
+fn hashed(kernel: Kernel, chunks: &[Bytes]) -> Md5 {
+    let mut md5 = Md5::new(kernel);
     for c in chunks {
         md5.update(c);
     }
@@ -117,7 +297,7 @@ fn hashed(chunks: &[Bytes]) -> Md5 {
 
 #[test]
 fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
-    for simd in [false, lanes::available()] {
+    for (kernel, simd) in kernels().into_iter().map(|k| (k, k.lanes())) {
         for bodies in [1, 2, 3, 5, 16, 17, 40] {
             let mut rng = Rng(bodies as u64 * 7 + u64::from(simd));
             let inputs: Vec<(Vec<Bytes>, Vec<Bytes>)> = (0..bodies)
@@ -132,7 +312,10 @@ fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
                     (all[..split].to_vec(), all[split..].to_vec())
                 })
                 .collect();
-            let mut md5s: Vec<Md5> = inputs.iter().map(|(before, _)| hashed(before)).collect();
+            let mut md5s: Vec<Md5> = inputs
+                .iter()
+                .map(|(before, _)| hashed(kernel, before))
+                .collect();
             let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
             hash_many(&mut md5s, &batch, simd, &[]);
             for (i, (md5, (before, after))) in md5s.iter().zip(&inputs).enumerate() {
@@ -140,7 +323,7 @@ fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
                 assert_eq!(
                     md5.finalize(),
                     reference(&whole),
-                    "simd {simd}, {bodies} bodies, body {i}"
+                    "{kernel:?}, {bodies} bodies, body {i}"
                 );
             }
         }
@@ -148,7 +331,11 @@ fn a_batch_hashes_each_body_as_if_alone_with_or_without_simd() {
 }
 
 async fn hash(chunks: Vec<Bytes>) -> [u8; 16] {
-    let mut md5 = Md5Stream::new();
+    hash_with(Kernel::get(), chunks).await
+}
+
+async fn hash_with(kernel: Kernel, chunks: Vec<Bytes>) -> [u8; 16] {
+    let mut md5 = Md5Stream::with_kernel(kernel);
     for c in chunks {
         md5.update(c).await;
     }
@@ -157,6 +344,13 @@ async fn hash(chunks: Vec<Bytes>) -> [u8; 16] {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
+    for kernel in kernels() {
+        concurrent_streams(kernel).await;
+    }
+}
+
+/// Forty streams of `kernel` at once, in its pool.
+async fn concurrent_streams(kernel: Kernel) {
     // Sizes straddle OFFLOAD_MIN, MAX_PENDING / 2 and MAX_PENDING; some are alone in the pool
     // for a while, most share it.
     let sizes = [
@@ -176,13 +370,13 @@ async fn concurrent_streams_hash_exactly_as_one_at_a_time() {
         let chunks = body(i as u64 + 1, *size, max_chunk);
         tasks.spawn(async move {
             let want = reference(&chunks);
-            (hash(chunks).await, want, i)
+            (hash_with(kernel, chunks).await, want, i)
         });
     }
     let mut n = 0;
     while let Some(r) = tasks.join_next().await {
         let (got, want, i) = r.expect("task");
-        assert_eq!(got, want, "body {i}");
+        assert_eq!(got, want, "{kernel:?}, body {i}");
         n += 1;
     }
     assert_eq!(n, 40);
@@ -213,9 +407,9 @@ async fn an_abandoned_stream_does_not_wedge_the_pool() {
 /// left most of its bytes instead of having them hashed one block at a time.
 #[test]
 fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
-    if !lanes::available() {
+    let Some(kernel) = lanes_kernel() else {
         return;
-    }
+    };
     for round in 0..20u64 {
         let mut rng = Rng(round + 1);
         let bodies = 3 + rng.below(20);
@@ -232,7 +426,10 @@ fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
                 (all[..split].to_vec(), all[split..].to_vec())
             })
             .collect();
-        let mut md5s: Vec<Md5> = inputs.iter().map(|(before, _)| hashed(before)).collect();
+        let mut md5s: Vec<Md5> = inputs
+            .iter()
+            .map(|(before, _)| hashed(kernel, before))
+            .collect();
         let batch: Vec<Vec<Bytes>> = inputs.iter().map(|(_, b)| b.clone()).collect();
         let defer: Vec<bool> = (0..bodies).map(|i| i == 0 || rng.below(2) == 0).collect();
         let owed: Vec<usize> = defer
@@ -275,9 +472,9 @@ fn a_deferred_body_is_left_its_unhashed_bytes_and_hashes_exactly_later() {
 /// exact once what it was left is hashed after.
 #[test]
 fn a_batch_hashes_a_rectangle_and_what_is_owed() {
-    if !lanes::available() {
+    let Some(kernel) = lanes_kernel() else {
         return;
-    }
+    };
     for round in 0..20u64 {
         let mut rng = Rng(round + 7);
         let bodies = 16;
@@ -296,7 +493,7 @@ fn a_batch_hashes_a_rectangle_and_what_is_owed() {
             .enumerate()
             .map(|(i, &len)| body(rng.next(), len, [100_000, 4096, 1000][i % 3]))
             .collect();
-        let mut md5s = vec![Md5::new(); bodies];
+        let mut md5s = vec![Md5::new(kernel); bodies];
         let left = hash_many(&mut md5s, &inputs, true, &owed);
         for (i, (md5, left)) in md5s.iter_mut().zip(&left).enumerate() {
             let hashed = md5.len as usize;
@@ -342,7 +539,7 @@ fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
     let body = || {
         Arc::new(Body {
             queue: Mutex::new(Queue {
-                md5: Md5::new(),
+                md5: Md5::new(Kernel::Portable),
                 pending: VecDeque::new(),
                 pending_bytes: 0,
                 busy: true,
@@ -402,7 +599,7 @@ fn a_batch_waits_for_every_body_in_the_pool_or_for_an_urgent_one() {
 #[test]
 fn a_waiting_writer_is_owed_what_it_waits_for() {
     let queue = |wait: Wait, pending_bytes: usize| Queue {
-        md5: Md5::new(),
+        md5: Md5::new(Kernel::Portable),
         pending: VecDeque::new(),
         pending_bytes,
         busy: true,
