@@ -2,26 +2,22 @@
 //! directories cleaned up), except that multipart uploads, which carry every body longer than
 //! one part, are written around the page cache.
 //!
-//! Why: a body written through the page cache costs a copy of every byte into freshly
-//! allocated cache pages, then their writeback and reclaim. On the node agent that copy was 40%
-//! of a checkpoint burst's CPU, and a burst on two cores is CPU-bound. Here a part is written
-//! with `O_DIRECT`: measured on this project's CI machine (16 writers of 256 MiB each), 0.2
-//! CPU-s/GiB against 0.7–1.9 through the page cache, at the same or a higher rate. The bytes
-//! written are not left in memory, which on a GPU node is also what the trainer wants: a
-//! checkpoint is read back rarely, and the drain reads it at a paced rate.
+//! Why: a body written through the page cache costs a copy of every byte into fresh cache
+//! pages, then their writeback and reclaim, which makes a checkpoint burst on the node agent
+//! CPU-bound; and a checkpoint, read back rarely and at a paced rate by the drain, need not stay
+//! in the memory the trainer wants.
 //!
 //! `O_DIRECT` takes memory from aligned addresses only. A chunk of the body whose address
-//! agrees with its offset modulo the block (the server arranges it: see `framing`) is written
-//! from where it is; any other byte is first copied into a reused, aligned buffer, written a
-//! MiB at a time. That copy was an eighth of the agent's CPU in a burst before the server's
-//! reads were cut to pages; now a few KiB per MiB are copied.
+//! agrees with its offset modulo the block (the server arranges it: see
+//! `sluice_serve::framing`) is written from where it is; any other byte is first copied into a
+//! reused, aligned buffer, written a MiB at a time.
 //!
 //! Files are staged and published exactly as `LocalFileSystem` stages them (`<name>#<n>`, the
 //! file fsynced, renamed into place, its directory fsynced), so listings, reads, start-up
 //! reconciliation and crash recovery see no difference. A part's bytes that do not fill a whole
 //! aligned block are carried into the next part; the last block is padded, written, and the
-//! file truncated to its length before the fsync. Filesystems that refuse `O_DIRECT` (tmpfs,
-//! for one) get the same code with buffered writes: which one is decided once, by a probe, when
+//! file truncated to its length before the fsync. Filesystems that refuse `O_DIRECT` (tmpfs
+//! before Linux 6.6, for one) get the same code with buffered writes: which one is decided once, by a probe, when
 //! the store opens.
 
 use std::fmt;
@@ -46,8 +42,7 @@ use object_store::{
 /// disk in use (512 B or 4 KiB).
 pub const ALIGN: usize = 4096;
 /// Bytes copied and written per system call: large enough that a call's cost is small, small
-/// enough that the buffer stays in the CPU's cache between the copy and the write (4 MiB
-/// writes measured slower than 1 MiB ones).
+/// enough that the buffer stays in the CPU's cache between the copy and the write.
 const IO: usize = 1024 * 1024;
 /// Buffers kept for reuse; more may exist while many parts are in flight.
 const POOL: usize = 64;
@@ -77,11 +72,14 @@ impl LocalDisk {
                 "through the page cache (this filesystem refuses O_DIRECT)"
             }
         );
-        Self::new(root, direct)
+        Self::open_with(root, direct)
     }
 
-    /// The filesystem under `root`, writing multipart uploads directly or not.
-    fn new(root: &FsPath, direct: bool) -> Result<Self> {
+    /// The filesystem under `root`, writing multipart uploads directly (`O_DIRECT`) or through
+    /// the page cache, as told, without a probe: for tests that run both modes on one disk. A
+    /// filesystem that refuses `O_DIRECT` fails every direct upload.
+    #[doc(hidden)]
+    pub fn open_with(root: &FsPath, direct: bool) -> Result<Self> {
         let inner = LocalFileSystem::new_with_prefix(root)?
             .with_fsync(true)
             .with_automatic_cleanup(true);
@@ -90,6 +88,11 @@ impl LocalDisk {
             direct,
             buffers: Arc::default(),
         })
+    }
+
+    /// Whether multipart uploads are written around the page cache (`O_DIRECT`).
+    pub fn direct(&self) -> bool {
+        self.direct
     }
 }
 
@@ -260,7 +263,7 @@ fn new_staged(dest: &FsPath, direct: bool) -> io::Result<(File, PathBuf)> {
 /// returns how many of them were copied on the way.
 ///
 /// A chunk whose address agrees with its file offset modulo `ALIGN` (bytes read into a page of
-/// the server's buffers at a page of the body: see `framing`) is written from where it is, its
+/// the server's buffers at a page of the body: see `sluice_serve::framing`) is written from where it is, its
 /// whole blocks at least, gathered with its neighbours into writes of about `IO` bytes. Other
 /// bytes are copied into an aligned buffer and written from there a buffer at a time.
 fn write_aligned(
@@ -402,6 +405,7 @@ impl<'a> Writer<'a> {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl ObjectStore for LocalDisk {
     async fn put_opts(
         &self,
@@ -508,6 +512,7 @@ impl fmt::Debug for DirectUpload {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl MultipartUpload for DirectUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
         let mut chunks: Vec<Bytes> = Vec::with_capacity(data.as_ref().len() + 1);
@@ -643,7 +648,7 @@ mod tests {
         ];
         for direct in [true, false] {
             let dir = tempfile::tempdir().expect("tempdir");
-            let disk = LocalDisk::new(dir.path(), direct).expect("open");
+            let disk = LocalDisk::open_with(dir.path(), direct).expect("open");
             let path = Path::from("b/00/blob");
             let mut upload = disk.put_multipart(&path).await.expect("create");
             let mut expected = Vec::new();
@@ -678,7 +683,7 @@ mod tests {
     #[tokio::test]
     async fn an_aligned_body_is_stored_exactly() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let disk = LocalDisk::new(dir.path(), true).expect("open");
+        let disk = LocalDisk::open_with(dir.path(), true).expect("open");
         let path = Path::from("b/blob");
         let body = bytes(3 * IO, 7);
         let mut upload = disk.put_multipart(&path).await.expect("create");
@@ -745,7 +750,7 @@ mod tests {
     #[tokio::test]
     async fn an_unfinished_upload_is_invisible_and_leaves_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let disk = LocalDisk::new(dir.path(), true).expect("open");
+        let disk = LocalDisk::open_with(dir.path(), true).expect("open");
         let path = Path::from("b/00/blob");
         for abort in [true, false] {
             let mut upload = disk.put_multipart(&path).await.expect("create");
@@ -776,7 +781,7 @@ mod tests {
     fn the_probe_finds_direct_writes_on_a_disk_filesystem_and_leaves_nothing() {
         let dir = tempfile::tempdir().expect("tempdir");
         let direct = probe_direct(dir.path());
-        // The test directory is on a disk filesystem here (ext4); tmpfs would refuse.
+        // The test directory is on a disk filesystem here (ext4); an older tmpfs would refuse.
         let tmpfs = std::fs::read_to_string("/proc/mounts")
             .unwrap_or_default()
             .lines()
