@@ -5,7 +5,9 @@
 //! Each backend call occupies the device for `1/ops + bytes/bandwidth` seconds, in arrival
 //! order; a call returns once its turn has been served, so concurrent load builds a queue and
 //! latency grows with it, as on a real device. It is a decorator over `ObjectStore` and
-//! forwards every method.
+//! forwards every method, charging each, those with defaults in the trait included:
+//! `get_ranges` is one call for the sum of its ranges, a listing one call before its first
+//! entry.
 
 use std::fmt;
 use std::ops::Range;
@@ -76,6 +78,19 @@ impl fmt::Display for EmulatedDevice {
     }
 }
 
+/// A listing that occupies the device for one operation before its first entry.
+fn paced(
+    queue: Arc<Queue>,
+    listing: BoxStream<'static, Result<ObjectMeta>>,
+) -> BoxStream<'static, Result<ObjectMeta>> {
+    futures::stream::once(async move {
+        queue.occupy(0).await;
+        listing
+    })
+    .flatten()
+    .boxed()
+}
+
 #[derive(Debug)]
 struct DeviceUpload {
     inner: Box<dyn MultipartUpload>,
@@ -83,6 +98,7 @@ struct DeviceUpload {
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl MultipartUpload for DeviceUpload {
     fn put_part(&mut self, data: PutPayload) -> UploadPart {
         let queue = Arc::clone(&self.queue);
@@ -100,11 +116,13 @@ impl MultipartUpload for DeviceUpload {
     }
 
     async fn abort(&mut self) -> Result<()> {
+        self.queue.occupy(0).await;
         self.inner.abort().await
     }
 }
 
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl ObjectStore for EmulatedDevice {
     async fn put_opts(
         &self,
@@ -141,10 +159,14 @@ impl ObjectStore for EmulatedDevice {
         Ok(result)
     }
 
+    /// Charged, as `get_opts` is, for the bytes it returns once the backend has answered (the
+    /// ranges asked for may be malformed or run past the end).
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        let bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-        self.queue.occupy(bytes).await;
-        self.inner.get_ranges(location, ranges).await
+        let got = self.inner.get_ranges(location, ranges).await?;
+        self.queue
+            .occupy(got.iter().map(|b| b.len() as u64).sum())
+            .await;
+        Ok(got)
     }
 
     fn delete_stream(
@@ -165,7 +187,7 @@ impl ObjectStore for EmulatedDevice {
     }
 
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list(prefix)
+        paced(Arc::clone(&self.queue), self.inner.list(prefix))
     }
 
     fn list_with_offset(
@@ -173,7 +195,10 @@ impl ObjectStore for EmulatedDevice {
         prefix: Option<&Path>,
         offset: &Path,
     ) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
+        paced(
+            Arc::clone(&self.queue),
+            self.inner.list_with_offset(prefix, offset),
+        )
     }
 
     async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
@@ -234,5 +259,45 @@ mod tests {
             .await
             .expect("bytes");
         assert_eq!(got, body);
+    }
+
+    /// The methods `ObjectStore` provides defaults for are charged as the device's policy
+    /// says, not as the default would charge them: `get_ranges` is one operation for the sum
+    /// of its ranges (the default would issue one `get_opts` per range far apart), and a
+    /// listing is one operation (a forwarded stream would pass uncharged).
+    #[tokio::test(start_paused = true)]
+    async fn ranged_reads_and_listings_occupy_the_device() {
+        const MIB: u64 = 1024 * 1024;
+        let inner = Arc::new(InMemory::new());
+        let path = Path::from("o");
+        inner
+            .put(&path, PutPayload::from(vec![1u8; 5 * MIB as usize]))
+            .await
+            .expect("put");
+        // 100 ms an operation, 1 MiB/s.
+        let dev = EmulatedDevice::new(inner, MIB as f64, 10.0);
+        let charged = |bytes: u64| Duration::from_secs_f64(0.1 + bytes as f64 / MIB as f64);
+        let close = |got: Duration, want: Duration| got.abs_diff(want) < Duration::from_millis(2);
+
+        let start = Instant::now();
+        let got = dev
+            .get_ranges(&path, &[0..100_000, 4 * MIB..4 * MIB + 100_000])
+            .await
+            .expect("get_ranges");
+        assert_eq!(got.iter().map(Bytes::len).sum::<usize>(), 200_000);
+        let took = start.elapsed();
+        assert!(close(took, charged(200_000)), "get_ranges took {took:?}");
+
+        let start = Instant::now();
+        let listed: Vec<_> = dev.list(None).collect().await;
+        assert_eq!(listed.len(), 1);
+        let took = start.elapsed();
+        assert!(close(took, charged(0)), "list took {took:?}");
+
+        let start = Instant::now();
+        let listed: Vec<_> = dev.list_with_offset(None, &Path::from("a")).collect().await;
+        assert_eq!(listed.len(), 1);
+        let took = start.elapsed();
+        assert!(close(took, charged(0)), "list_with_offset took {took:?}");
     }
 }
