@@ -13,6 +13,7 @@ pub mod client;
 pub mod gateway;
 pub mod noisy;
 pub mod procs;
+pub mod report;
 pub mod stats;
 
 /// Why a benchmark could not run.

@@ -14,6 +14,8 @@ pub enum Command {
     NoisyNeighbor(NoisyArgs),
     /// Time to acknowledge a burst through the agent vs. writing+fsyncing it directly.
     Agent(super::bench_agent::AgentArgs),
+    /// The benchmarks' JSON reports as the tables of docs/benchmarks.md and the README.
+    Report(super::bench_report::ReportArgs),
 }
 
 #[derive(clap::Args)]
@@ -55,6 +57,7 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
         Command::Gateway(args) => run_gateway(args),
         Command::NoisyNeighbor(args) => run_noisy(args),
         Command::Agent(args) => super::bench_agent::agent(args),
+        Command::Report(args) => super::bench_report::run(args),
     }
 }
 

@@ -1,0 +1,349 @@
+//! The renderer against small reports written by hand in the shapes the benchmarks write, and
+//! against the benchmarks' own report types serialized.
+
+use super::*;
+
+fn source(path: &str, json: Option<&str>) -> Source {
+    Source {
+        path: path.to_owned(),
+        json: json.map(|j| serde_json::from_str(j).expect("test JSON")),
+    }
+}
+
+fn none() -> Inputs {
+    Inputs {
+        gateway: source("docs/bench/gateway.json", None),
+        agent: source("docs/bench/agent.json", None),
+        noisy: source("docs/bench/noisy-neighbor.json", None),
+    }
+}
+
+/// What `sluice bench gateway --weed none --json` writes, cut to two targets and two rounds.
+const GATEWAY_JSON: &str = r#"{
+  "config": {"large_objects": 80, "large_size": 67108864, "large_concurrency": 4,
+             "large_slice": 8, "small_objects": 4000, "small_size": 4096,
+             "small_concurrency": 16, "rounds": 2},
+  "bytes_moved_per_target": 10737418240,
+  "targets": [
+    {"name": "filesystem", "put_mib_s": 700.0, "get_mib_s": 1250.0,
+     "small_put_ops_s": 12000.4, "small_get_ops_s": 35000.0,
+     "small_put_p50_s": 0.00104, "small_put_p99_s": 0.0021, "small_put_p999_s": 0.0312,
+     "small_get_p99_s": 0.0009,
+     "rss_start_bytes": null, "rss_peak_bytes": null, "rss_end_bytes": null,
+     "cold_reads": true,
+     "rounds": [[690.0, 1200.0, 11000.0, 34000.0], [710.0, 1300.0, 13000.0, 36000.0]],
+     "large_get_slices_s": [[0.2, 0.4], [0.3]]},
+    {"name": "sluice gateway", "put_mib_s": 1050.0, "get_mib_s": 1125.0,
+     "small_put_ops_s": 4500.0, "small_get_ops_s": 16000.0,
+     "small_put_p50_s": 0.0031, "small_put_p99_s": 0.0072, "small_put_p999_s": 0.0104,
+     "small_get_p99_s": null,
+     "rss_start_bytes": 10485760, "rss_peak_bytes": 136314880, "rss_end_bytes": 104857600,
+     "cold_reads": true,
+     "rounds": [[1000.0, 1100.0, 4400.0, 15000.0], [1100.0, 1150.0, 4600.0, 17000.0]],
+     "large_get_slices_s": [[0.25, 0.4], [0.5]]}
+  ]
+}"#;
+
+/// What `sluice bench agent --rounds 3 --json` writes; rounds listed out of order.
+const AGENT_JSON: &str = r#"{
+  "objects": 16, "size_bytes": 268435456, "drain_rate_bytes_per_s": 67108864.0,
+  "page_cache_dropped": true,
+  "direct": {"rounds": [{"round": 2, "seconds": 3.0, "cpu_s_per_gib": 0.5},
+                        {"round": 0, "seconds": 2.5, "cpu_s_per_gib": 0.4},
+                        {"round": 1, "seconds": 2.0, "cpu_s_per_gib": 0.3}],
+             "median_s": 2.5, "fastest_s": 2.0},
+  "o_direct": {"rounds": [{"round": 0, "seconds": 1.8, "cpu_s_per_gib": 0.2},
+                          {"round": 1, "seconds": 1.7, "cpu_s_per_gib": 0.2},
+                          {"round": 2, "seconds": 1.9, "cpu_s_per_gib": 0.2}],
+               "median_s": 1.8, "fastest_s": 1.7},
+  "agent": {"rounds": [{"round": 0, "seconds": 2.3, "cpu_s_per_gib": 0.9},
+                       {"round": 1, "seconds": 2.4, "cpu_s_per_gib": null},
+                       {"round": 2, "seconds": 2.2, "cpu_s_per_gib": 1.0}],
+            "median_s": 2.3, "fastest_s": 2.2},
+  "ratio_median": 0.92, "ratio_fastest": 1.1,
+  "ratio_median_o_direct": 1.2777, "ratio_fastest_o_direct": 1.2941
+}"#;
+
+/// What `sluice bench noisy-neighbor --seed 7 --json` writes, cut to two scenarios.
+const NOISY_JSON: &str = r#"{
+  "seed": 7,
+  "config": {"seed": 7, "seconds": 24.0, "tier_bandwidth_bps": 104857600.0,
+             "tier_ops": 8000.0, "victim_shard_bytes": 16777216, "victim_shards": 8,
+             "victim_rate_per_s": 2.0, "victim_reservation_bps": 41943040.0,
+             "victim_weight": 20.0, "aggressor_streams": 8,
+             "aggressor_object_bytes": 134217728, "aggressor_interval_s": 12.0,
+             "aggressor_limit_bps": 62914560.0, "agent_drain_rate_bps": 62914560.0,
+             "drain_wait_s": 30.0, "grain_bytes": 262144},
+  "scenarios": [
+    {"name": "solo", "victim_p50_s": 0.17842775, "victim_p99_s": 0.184214679,
+     "victim_p999_s": 0.184214679, "victim_p99_vs_solo": 1.0, "victim_requests": 48,
+     "victim_errors": 0, "victim_throughput_bps": 33554432.0,
+     "victim_target_bps": 33554432.0, "aggressor_stall_s": null, "aggressor_bytes": 0,
+     "tier_utilization": 0.324, "drain_completion_s": null},
+    {"name": "fifo", "victim_p50_s": 1.960873818, "victim_p99_s": 2.076771698,
+     "victim_p999_s": 2.076771698, "victim_p99_vs_solo": 11.27364935994053,
+     "victim_requests": 48, "victim_errors": 1, "victim_throughput_bps": 31638454.58,
+     "victim_target_bps": 33554432.0, "aggressor_stall_s": 15.025459371,
+     "aggressor_bytes": 1073741824, "tier_utilization": 1.0232752754583732,
+     "drain_completion_s": 15.025459371}
+  ]
+}"#;
+
+fn section<'a>(sections: &'a [(&str, String)], name: &str) -> &'a str {
+    sections
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| s.as_str())
+        .expect("section rendered")
+}
+
+#[test]
+fn the_gateway_table_has_a_row_per_target_with_ratios_to_the_filesystem() {
+    let mut inputs = none();
+    inputs.gateway = source("docs/bench/gateway.json", Some(GATEWAY_JSON));
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, GATEWAY);
+    let command =
+        "`target/release/sluice bench gateway --weed none --json docs/bench/gateway.json`";
+    assert!(md.starts_with(command), "{md}");
+    assert!(md.contains("80 × 64 MiB objects (4 in flight)"), "{md}");
+    assert!(
+        md.contains("(10 GiB through each target per round)"),
+        "{md}"
+    );
+    assert!(md.contains("reads came from the disk"), "{md}");
+    let fs = "| filesystem | 700 | 100% | 1,250 | 100% | – | 12,000 | 35,000 | \
+              1.04 ms / 2.10 ms / 31.2 ms | 0.90 ms | – |";
+    assert!(md.contains(fs), "{md}");
+    // Slices paired: 0.2/0.25, 0.4/0.4, 0.3/0.5 → 0.8, 1.0, 0.6 → quartiles 70/80/90%.
+    let gw = "| sluice gateway | 1,050 | 150% | 1,125 | 90% | 70% / 80% / 90% | 4,500 | 16,000 | \
+              3.10 ms / 7.20 ms / 10.4 ms | – | 10 / 130 MiB |";
+    assert!(md.contains(gw), "{md}");
+    let rounds =
+        "| sluice gateway | 1,000 / 1,100, 4,400 / 15,000 | 1,100 / 1,150, 4,600 / 17,000 |";
+    assert!(md.contains(rounds), "{md}");
+    let readme = summary(&inputs).expect("renders");
+    let row = "| sluice gateway | 1,050 (150%) | 1,125 (90%) | 4,500 | 16,000 | 130 MiB |";
+    assert!(readme.contains(row), "{readme}");
+}
+
+#[test]
+fn the_command_names_the_preset_the_report_was_run_with() {
+    let mut json: Value = serde_json::from_str(GATEWAY_JSON).expect("test JSON");
+    json["config"] = serde_json::from_str(
+        r#"{"large_objects": 8, "large_size": 67108864, "large_concurrency": 4,
+            "large_slice": 4, "small_objects": 400, "small_size": 4096,
+            "small_concurrency": 16, "rounds": 1}"#,
+    )
+    .expect("test JSON");
+    json["targets"][1]["name"] = Value::from("SeaweedFS");
+    let r: GatewayReport = serde_json::from_value(json).expect("parses");
+    assert_eq!(
+        gateway_command(&r, "g.json"),
+        "target/release/sluice bench gateway --quick --json g.json"
+    );
+    let a: AgentReport = serde_json::from_str(AGENT_JSON).expect("parses");
+    assert_eq!(
+        agent_command(&a, "a.json"),
+        "target/release/sluice bench agent --objects 16 --size 256MiB --drain-rate 64MiB/s \
+         --rounds 3 --json a.json"
+    );
+}
+
+#[test]
+fn the_agent_table_lists_rounds_in_order_and_the_ratios() {
+    let mut inputs = none();
+    inputs.agent = source("docs/bench/agent.json", Some(AGENT_JSON));
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, AGENT);
+    assert!(
+        md.contains("a burst of 16 × 256 MiB (4 GiB) concurrent PUTs"),
+        "{md}"
+    );
+    assert!(md.contains("its drain running at 64 MiB/s"), "{md}");
+    // 4 GiB in 2.5 s is 1,638 MiB/s.
+    let direct =
+        "| direct write + fsync | 2.50 / 2.00 / 3.00 | 2.50 s | 2.00 s | 1,638 | 0.30–0.50 |";
+    assert!(md.contains(direct), "{md}");
+    let o_direct =
+        "| `O_DIRECT` write + fsync | 1.80 / 1.70 / 1.90 | 1.80 s | 1.70 s | 2,276 | 0.20 |";
+    assert!(md.contains(o_direct), "{md}");
+    // A round whose CPU time was not measured is left out of the range.
+    let agent = "| through the agent | 2.30 / 2.40 / 2.20 | 2.30 s | 2.20 s | 1,781 | 0.90–1.00 |";
+    assert!(md.contains(agent), "{md}");
+    assert!(
+        md.contains("| agent / direct write + fsync | 0.920 | 1.100 |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| agent / `O_DIRECT` write + fsync | 1.278 | 1.294 |"),
+        "{md}"
+    );
+    let readme = summary(&inputs).expect("renders");
+    assert!(
+        readme.contains("| direct write + fsync | 2.50 s | 0.92 |"),
+        "{readme}"
+    );
+    assert!(
+        readme.contains("| through the agent | 2.30 s | – |"),
+        "{readme}"
+    );
+}
+
+#[test]
+fn the_noisy_neighbour_table_has_a_row_per_scenario() {
+    let mut inputs = none();
+    inputs.noisy = source("docs/bench/noisy-neighbor.json", Some(NOISY_JSON));
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, NOISY);
+    let command = "`target/release/sluice bench noisy-neighbor --seed 7 --json \
+                   docs/bench/noisy-neighbor.json --svg docs/bench/noisy-neighbor.svg`";
+    assert!(md.starts_with(command), "{md}");
+    assert!(
+        md.contains("a shared tier of 100 MiB/s and 8,000 ops/s"),
+        "{md}"
+    );
+    assert!(md.contains("8 × 128 MiB (1 GiB)"), "{md}");
+    let solo =
+        "| solo | 178.4 ms | 184.2 ms | 184.2 ms | 1.00× | 32.0 (32) | 48 (0) | – | – | 32% |";
+    assert!(md.contains(solo), "{md}");
+    let fifo = "| fifo | 1,961 ms | 2,077 ms | 2,077 ms | 11.27× | 30.2 (32) | 48 (1) | 15.0 s | \
+                15.0 s | 102% |";
+    assert!(md.contains(fifo), "{md}");
+    let readme = summary(&inputs).expect("renders");
+    assert!(
+        readme.contains("| fifo | 2,077 ms | 11.27× | 15.0 s | 102% |"),
+        "{readme}"
+    );
+}
+
+#[test]
+fn a_benchmark_without_a_report_says_how_to_measure_it() {
+    let figures = figures(&none()).expect("renders");
+    assert_eq!(
+        section(&figures, GATEWAY),
+        "Not yet measured: run `target/release/sluice bench gateway --json \
+         docs/bench/gateway.json`.\n"
+    );
+    assert!(section(&figures, NOISY).contains("--svg docs/bench/noisy-neighbor.svg"));
+    let readme = summary(&none()).expect("renders");
+    let agent = "**Node agent.** Not yet measured: run `target/release/sluice bench agent --json \
+                 docs/bench/agent.json`.";
+    assert!(readme.contains(agent), "{readme}");
+    assert!(!readme.contains('|'), "no table without figures: {readme}");
+}
+
+#[test]
+fn a_report_of_another_shape_is_refused_naming_its_file() {
+    let mut inputs = none();
+    inputs.agent = source("docs/bench/agent.json", Some(r#"{"objects": 16}"#));
+    let err = figures(&inputs).expect_err("must fail").to_string();
+    assert!(
+        err.starts_with("docs/bench/agent.json: not a `sluice bench agent` report"),
+        "{err}"
+    );
+    assert!(err.contains("size_bytes"), "{err}");
+}
+
+#[test]
+fn the_real_reports_serialize_to_what_the_renderer_reads() {
+    // Built from the benchmarks' own types: a field renamed there breaks this test.
+    let target = crate::gateway::TargetResult {
+        name: "filesystem".to_owned(),
+        put_mib_s: 500.0,
+        get_mib_s: 1000.0,
+        small_put_ops_s: 10.0,
+        small_get_ops_s: 20.0,
+        small_put_p50_s: 0.001,
+        small_put_p99_s: 0.002,
+        small_put_p999_s: 0.003,
+        small_get_p99_s: f64::NAN,
+        rss_start_bytes: None,
+        rss_peak_bytes: None,
+        rss_end_bytes: None,
+        cold_reads: false,
+        rounds: vec![[500.0, 1000.0, 10.0, 20.0]],
+        large_get_slices_s: vec![vec![0.5]],
+    };
+    let gateway = crate::gateway::Report {
+        config: crate::gateway::Config::full(PathBuf::new(), PathBuf::new(), None).quick(),
+        bytes_moved_per_target: 1 << 30,
+        targets: vec![target],
+    };
+    let noisy = crate::noisy::Report {
+        seed: 1,
+        config: crate::noisy::Config::default_run(1, PathBuf::new(), PathBuf::new()),
+        scenarios: vec![crate::noisy::Scenario {
+            name: "dmclock".to_owned(),
+            victim_p50_s: 0.1,
+            victim_p99_s: 0.2,
+            victim_p999_s: 0.3,
+            victim_p99_vs_solo: 1.01,
+            victim_requests: 48,
+            victim_errors: 0,
+            victim_throughput_bps: 32.0 * MIB,
+            victim_target_bps: 32.0 * MIB,
+            aggressor_stall_s: Some(16.0),
+            aggressor_bytes: 1 << 30,
+            tier_utilization: 0.96,
+            drain_completion_s: Some(16.0),
+            latencies: crate::stats::Latencies::default(),
+        }],
+    };
+    let mut inputs = none();
+    inputs.gateway.json = Some(serde_json::to_value(&gateway).expect("serializes"));
+    inputs.noisy.json = Some(serde_json::to_value(&noisy).expect("serializes"));
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, GATEWAY);
+    assert!(md.contains("bench gateway --quick --weed none"), "{md}");
+    assert!(md.contains("The page cache was not dropped"), "{md}");
+    let row = "| filesystem | 500 | 100% | 1,000 | 100% | – | 10 | 20 | 1.00 ms / 2.00 ms / 3.00 ms | – |";
+    assert!(md.contains(row), "{md}");
+    let md = section(&figures, NOISY);
+    assert!(md.contains("--seed 1 --json"), "{md}");
+    assert!(!md.contains("--quick"), "{md}");
+    assert!(
+        md.contains("| dmclock | 100.0 ms | 200.0 ms | 300.0 ms | 1.01× |"),
+        "{md}"
+    );
+}
+
+#[test]
+fn splice_rewrites_only_between_the_markers() {
+    let doc = "# Benchmarks\n\nMethod.\n\n<!-- figures:agent:begin -->\nold\n\
+               <!-- figures:agent:end -->\n\nMore prose.\n";
+    let once = splice(doc, AGENT, "| new |\n").expect("splices");
+    assert_eq!(
+        once,
+        "# Benchmarks\n\nMethod.\n\n<!-- figures:agent:begin -->\n\n| new |\n\n\
+         <!-- figures:agent:end -->\n\nMore prose.\n"
+    );
+    assert_eq!(splice(&once, AGENT, "| new |").expect("splices"), once);
+}
+
+#[test]
+fn splice_refuses_missing_doubled_or_reversed_markers() {
+    let missing = splice("no markers", GATEWAY, "x").expect_err("must fail");
+    assert!(missing.to_string().contains("not found"), "{missing}");
+    let (b, e) = (begin_marker(GATEWAY), end_marker(GATEWAY));
+    let err = splice(&format!("{b}\n{e}\n{b}\n{e}\n"), GATEWAY, "x").expect_err("must fail");
+    assert!(err.to_string().contains("more than once"), "{err}");
+    let err = splice(&format!("{e}\n{b}\n"), GATEWAY, "x").expect_err("must fail");
+    assert!(err.to_string().contains("before its begin"), "{err}");
+}
+
+#[test]
+fn numbers_read_as_people_write_them() {
+    assert_eq!(num(1_234_567.891, 1), "1,234,567.9");
+    assert_eq!(num(999.5, 0), "1,000");
+    assert_eq!(num(-1234.0, 0), "-1,234");
+    assert_eq!(opt(Some(f64::NAN), 1), "–");
+    assert_eq!(size_text(4096), "4 KiB");
+    assert_eq!(size_text(3 << 29), "1.5 GiB");
+    assert_eq!(size_arg(268_435_456), "256MiB");
+    assert_eq!(size_arg(1000), "1000B");
+    assert_eq!(rate_arg(64.0 * MIB), "64MiB/s");
+    assert_eq!(rate_text(100.0 * MIB), "100 MiB/s");
+    assert_eq!(ms(Some(0.001_04)), "1.04 ms");
+    assert_eq!(ms(Some(1.9609)), "1,961 ms");
+}
