@@ -4,8 +4,11 @@
 //! retried: more space will not appear by waiting, as in Ceph RGW) versus `SlowDown` (503 with
 //! `Retry-After`, which every S3 SDK backs off on). A backend out of space is 503 too, with its
 //! own message: on the node agent the drain frees space. A client's mistake is logged at
-//! debug; only failures of our own or of the backend are logged at error, once, where they are
-//! mapped.
+//! debug; only failures of our own or of the backend are logged at error, once: they are
+//! reported where they are mapped (`sluice_serve::request::fault`), and the request's one log
+//! line carries them. A failure of the tier behind the node ([`TierError`], classified by its
+//! HTTP status) is reported as an upstream failure (logged at warn) when it fails a request:
+//! the node cannot serve it, but nothing here broke.
 
 use s3s::{S3Error, S3ErrorCode};
 use sluice_meta::MetaError;
@@ -56,8 +59,44 @@ pub enum ApiError {
     AccessDenied,
     #[error("{0}")]
     SlowDown(#[from] sluice_throttle::Throttled),
+    /// A write refused by the tenant's quota of a store that buffers for a tier behind it (the
+    /// node agent's local buffer); `stalled` is why the drain is not emptying it, if the last
+    /// attempt to reach the tier failed.
+    #[error(
+        "this node's local buffer for the tenant is full: {}; {refused}",
+        stalled.as_ref().map_or_else(
+            || "the drain to the shared tier has not caught up".to_owned(),
+            |e| format!("the shared tier is not taking this tenant's data ({e})"),
+        )
+    )]
+    LocalQuotaExceeded {
+        refused: MetaError,
+        stalled: Option<String>,
+    },
+    /// The tier behind this store failed a read this store cannot answer itself.
+    #[error("{0}")]
+    Tier(#[from] TierError),
     #[error("internal error: {0}")]
     Internal(String),
+}
+
+/// Why the tier behind this store (the node agent's shared tier) could not answer, by the HTTP
+/// status it answered with. Absence and unsatisfiable ranges are not failures: a tier reports
+/// them as [`ApiError::NoSuchKey`], `NoSuchBucket` and [`ApiError::InvalidRange`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TierError {
+    /// Throttled (503 or 429): the client should back off and retry.
+    #[error("the shared tier asked to slow down and this node has no copy: {0}")]
+    SlowDown(String),
+    /// Unreachable, timed out, or failing (a 5xx other than 503).
+    #[error("the shared tier is unreachable and this node has no copy: {0}")]
+    Unavailable(String),
+    /// Refused this node's request (a 4xx other than 404, 416 and 429): credentials or policy
+    /// upstream, which an operator must mend.
+    #[error(
+        "the shared tier refused this node's request ({status}) and this node has no copy: {message}"
+    )]
+    Refused { status: u16, message: String },
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -87,9 +126,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
             MetaError::InvalidPartOrder => with(C::InvalidPartOrder, msg),
             MetaError::EntityTooSmall(_) => with(C::EntityTooSmall, msg),
             MetaError::QuotaExceeded { .. } | MetaError::TooManyObjects { .. } => {
-                let mut err = with(C::Custom("QuotaExceeded".into()), msg);
-                err.set_status_code(http::StatusCode::FORBIDDEN);
-                err
+                quota_exceeded(msg)
             }
             MetaError::UnknownTenant => with(C::AccessDenied, "access denied"),
             MetaError::Storage(_) | MetaError::Corrupt(_) | MetaError::Inconsistent(_) => {
@@ -98,11 +135,11 @@ pub fn to_s3(e: ApiError) -> S3Error {
         },
         ApiError::Backend(b) => match b {
             object_store::Error::NotFound { .. } => {
-                tracing::error!(error = %b, "object data missing from backend");
+                sluice_serve::request::fault(format_args!("object data missing from backend: {b}"));
                 with(C::InternalError, "object data is missing from the backend")
             }
             other if out_of_space(&other) => {
-                tracing::error!(error = %other, "the storage is out of space");
+                sluice_serve::request::fault(format_args!("the storage is out of space: {other}"));
                 let mut err = with(
                     C::ServiceUnavailable,
                     "the storage is out of space; retry once space is freed",
@@ -111,7 +148,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 err
             }
             other => {
-                tracing::error!(error = %other, "backend request failed");
+                sluice_serve::request::fault(format_args!("backend request failed: {other}"));
                 let mut err = with(C::ServiceUnavailable, "the storage backend is unavailable");
                 err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
                 err
@@ -148,8 +185,28 @@ pub fn to_s3(e: ApiError) -> S3Error {
             err.set_headers(headers);
             err
         }
+        ApiError::LocalQuotaExceeded { .. } => quota_exceeded(msg),
+        ApiError::Tier(t) => {
+            let code = if let TierError::SlowDown(_) = t {
+                tracing::debug!(error = %t, "the shared tier is throttling a read");
+                C::SlowDown
+            } else {
+                sluice_serve::request::upstream_failure(&t);
+                C::ServiceUnavailable
+            };
+            let mut err = with(code, msg);
+            err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+            err
+        }
         ApiError::Internal(_) => internal(&msg),
     }
+}
+
+/// 403, not retried: more space does not appear by waiting (as in Ceph RGW).
+fn quota_exceeded(msg: String) -> S3Error {
+    let mut err = with(S3ErrorCode::Custom("QuotaExceeded".into()), msg);
+    err.set_status_code(http::StatusCode::FORBIDDEN);
+    err
 }
 
 /// Whether a backend failure is its filesystem out of space (`ENOSPC`, or a disk quota):
@@ -172,7 +229,7 @@ fn out_of_space(e: &object_store::Error) -> bool {
 }
 
 fn internal(msg: &str) -> S3Error {
-    tracing::error!(error = msg, "internal error");
+    sluice_serve::request::fault(format_args!("internal error: {msg}"));
     with(S3ErrorCode::InternalError, "internal error")
 }
 
@@ -203,6 +260,71 @@ mod tests {
             store: "test",
             source,
         }))
+    }
+
+    #[test]
+    fn each_tier_failure_is_a_503_throttling_only_when_the_tier_throttles() {
+        let cases = [
+            (TierError::SlowDown("busy".into()), S3ErrorCode::SlowDown),
+            (
+                TierError::Unavailable("connection refused".into()),
+                S3ErrorCode::ServiceUnavailable,
+            ),
+            (
+                TierError::Refused {
+                    status: 403,
+                    message: "AccessDenied".into(),
+                },
+                S3ErrorCode::ServiceUnavailable,
+            ),
+        ];
+        for (tier, code) in cases {
+            let e = to_s3(ApiError::Tier(tier.clone()));
+            assert_eq!(e.code(), &code, "{tier:?}");
+            assert_eq!(
+                e.status_code(),
+                Some(http::StatusCode::SERVICE_UNAVAILABLE),
+                "{tier:?}"
+            );
+            let msg = e.message().unwrap_or_default();
+            assert!(msg.contains("this node has no copy"), "{msg}");
+        }
+        let refused = to_s3(ApiError::Tier(TierError::Refused {
+            status: 403,
+            message: "AccessDenied".into(),
+        }));
+        assert!(
+            refused
+                .message()
+                .is_some_and(|m| m.contains("(403)") && m.contains("AccessDenied")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_local_quota_refusal_is_the_same_403_as_the_tenants_with_its_own_message() {
+        let refused = || MetaError::QuotaExceeded {
+            needed: 11,
+            available: 10,
+            quota: 10,
+        };
+        let shared = to_s3(ApiError::Meta(refused()));
+        let local = to_s3(ApiError::LocalQuotaExceeded {
+            refused: refused(),
+            stalled: None,
+        });
+        for e in [&shared, &local] {
+            assert_eq!(e.code(), &S3ErrorCode::Custom("QuotaExceeded".into()));
+            assert_eq!(e.status_code(), Some(http::StatusCode::FORBIDDEN));
+        }
+        assert_eq!(shared.message(), Some(refused().to_string().as_str()));
+        assert_eq!(
+            local.message(),
+            Some(
+                "this node's local buffer for the tenant is full: the drain to the shared tier \
+                 has not caught up; quota exceeded: 11 more bytes requested, 10 available of 10"
+            )
+        );
     }
 
     #[test]

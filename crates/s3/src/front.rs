@@ -11,14 +11,19 @@
 //! catalog transaction that makes the object visible (a copy of an inline object stays
 //! inline; parts are always blobs, since completion assembles objects from them). Reads,
 //! copies and quota treat both alike, and the tenant's pacer admits the same bytes.
+//!
+//! On the node agent the front has a [`Tier`] behind it, the shared tier it buffers for: reads
+//! that miss here, listings and ListBuckets take the tier in (see [`tier`]).
 
 mod buckets;
 mod listing;
 mod multipart;
 mod objects;
+pub mod tier;
 
 pub use buckets::owner;
 pub use objects::METADATA_MAX;
+pub use tier::{Tier, TierBucket, TierRead};
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -63,12 +68,14 @@ pub struct Front {
     inner: Arc<Inner>,
 }
 
+#[derive(Clone)]
 struct Inner {
     catalog: Arc<Catalog>,
     blobs: Arc<BlobStore>,
     config: FrontConfig,
     throttle: Option<Arc<Throttle>>,
     metrics: Arc<Metrics>,
+    tier: Option<Arc<dyn Tier>>,
 }
 
 impl Front {
@@ -91,7 +98,43 @@ impl Front {
                 config,
                 throttle,
                 metrics,
+                tier: None,
             }),
+        }
+    }
+
+    /// This front end in front of `tier`: the local store becomes a buffer of the tier's (see
+    /// [`tier`]).
+    #[must_use]
+    pub fn with_tier(mut self, tier: Arc<dyn Tier>) -> Self {
+        Arc::make_mut(&mut self.inner).tier = Some(tier);
+        self
+    }
+
+    /// The tier to ask after `e`, when `e` says this store has no such object or bucket and
+    /// there is a tier behind it.
+    fn tier_after(&self, e: &ApiError) -> Option<&Arc<dyn Tier>> {
+        let missed = matches!(
+            e,
+            ApiError::NoSuchKey | ApiError::Meta(MetaError::NoSuchBucket)
+        );
+        self.inner.tier.as_ref().filter(|_| missed)
+    }
+
+    /// A quota refusal of a front with a tier is its local buffer's, and says why the buffer
+    /// is not emptying.
+    fn scope_quota(&self, tenant: &str, e: ApiError) -> ApiError {
+        match (e, &self.inner.tier) {
+            (
+                ApiError::Meta(
+                    refused @ (MetaError::QuotaExceeded { .. } | MetaError::TooManyObjects { .. }),
+                ),
+                Some(tier),
+            ) => ApiError::LocalQuotaExceeded {
+                refused,
+                stalled: tier.stalled(tenant),
+            },
+            (e, _) => e,
         }
     }
 
@@ -133,7 +176,7 @@ impl Front {
                 .map(|waited| metrics.queue_wait_seconds.observe(waited)),
         };
         let result = match admitted {
-            Ok(()) => f(tenant).await,
+            Ok(()) => f(Arc::clone(&tenant)).await,
             Err(throttled) => {
                 metrics
                     .throttled
@@ -151,7 +194,8 @@ impl Front {
             if result.is_ok() { "ok" } else { "error" },
             started.elapsed(),
         );
-        Ok(S3Response::new(result?))
+        let output = result.map_err(|e| self.scope_quota(&tenant, e))?;
+        Ok(S3Response::new(output))
     }
 
     /// The region this endpoint answers for.

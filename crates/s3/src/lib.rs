@@ -3,7 +3,8 @@
 //! It owns the request path from an authenticated S3 call to bytes in the backend:
 //! - [`auth`]: one SigV4 path, tenant resolution, name validation (the namespace boundary);
 //! - [`front`]: the S3 operations, confined to the caller's namespace, with quota reserved
-//!   before bytes move (the capacity boundary);
+//!   before bytes move (the capacity boundary); on the node agent, with the shared tier behind
+//!   them as a [`Tier`] (reads that miss here, merged listings);
 //! - [`checksum`]: the `x-amz-checksum-*` a client attaches to a body, verified on the way in;
 //! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix
 //!   (or handing a small body back, for the catalog to keep inline with its record);
@@ -23,7 +24,7 @@ pub mod reconcile;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, sigv4_tenant};
 pub use blob::BlobStore;
-pub use front::{Front, FrontConfig};
+pub use front::{Front, FrontConfig, Tier, TierBucket, TierRead};
 pub use reconcile::{ReconcileError, ReconcileSummary, reconcile};
 pub use sluice_serve::HttpService;
 
@@ -37,8 +38,8 @@ pub fn service(front: Front, tenants: &Arc<Tenants>) -> HttpService {
     service_with(front, tenants)
 }
 
-/// The same service around any [`s3s::S3`] implementation, e.g. the node agent's decorator
-/// of [`Front`]: the same signature check, access rules and limits.
+/// The same service around any [`s3s::S3`] implementation: the same signature check, access
+/// rules and limits.
 pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> HttpService {
     HttpService::new(builder(s3, tenants).build())
 }

@@ -1,21 +1,38 @@
-//! Bucket operations. A bucket name is unique within a tenant only.
+//! Bucket operations. A bucket name is unique within a tenant only. With a tier behind the
+//! front, ListBuckets lists the tier's buckets too, and a bucket only the tier has is created
+//! here when an operation needs it ([`Front::require_bucket`]).
+
+use std::collections::BTreeMap;
 
 use s3s::dto;
+use sluice_meta::MetaError;
 
+use super::tier::TierBucket;
 use super::{Front, now_ms, timestamp};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 
 impl Front {
     pub(super) async fn list_buckets_op(&self, tenant: &str) -> ApiResult<dto::ListBucketsOutput> {
         let t = tenant.to_owned();
-        let buckets = self.meta(move |c| c.list_buckets(&t)).await?;
+        let here = self.meta(move |c| c.list_buckets(&t)).await?;
+        let there = match &self.inner.tier {
+            None => Vec::new(),
+            Some(tier) => match tier.buckets(tenant).await {
+                Ok(buckets) => buckets,
+                Err(ApiError::Tier(e)) => {
+                    tracing::warn!(tenant, error = %e, "listing this node's buckets only");
+                    Vec::new()
+                }
+                Err(e) => return Err(e),
+            },
+        };
         Ok(dto::ListBucketsOutput {
             buckets: Some(
-                buckets
+                union(here, there)
                     .into_iter()
                     .map(|(name, created)| dto::Bucket {
                         name: Some(name),
-                        creation_date: Some(timestamp(created)),
+                        creation_date: created,
                         bucket_region: Some(self.config().region.clone()),
                     })
                     .collect(),
@@ -87,14 +104,47 @@ impl Front {
         Ok(dto::GetBucketVersioningOutput::default())
     }
 
+    /// The bucket exists here, or `NoSuchBucket`. A bucket that only the tier behind has is
+    /// created here first, so that writes into it can be absorbed (the tier failing to answer
+    /// counts as its not having the bucket).
     pub(super) async fn require_bucket(&self, tenant: &str, bucket: &str) -> ApiResult<()> {
         let (t, b) = (tenant.to_owned(), bucket.to_owned());
         if self.meta(move |c| c.bucket_exists(&t, &b)).await? {
-            Ok(())
-        } else {
-            Err(sluice_meta::MetaError::NoSuchBucket.into())
+            return Ok(());
+        }
+        let Some(tier) = &self.inner.tier else {
+            return Err(MetaError::NoSuchBucket.into());
+        };
+        match tier.has_bucket(tenant, bucket).await {
+            Ok(true) => {}
+            Ok(false) => return Err(MetaError::NoSuchBucket.into()),
+            Err(ApiError::Tier(e)) => {
+                tracing::warn!(tenant, bucket, error = %e, "cannot ask the shared tier for a bucket");
+                return Err(MetaError::NoSuchBucket.into());
+            }
+            Err(e) => return Err(e),
+        }
+        let (t, b) = (tenant.to_owned(), bucket.to_owned());
+        match self.meta(move |c| c.create_bucket(&t, &b, now_ms())).await {
+            Ok(()) | Err(ApiError::Meta(MetaError::BucketExists)) => Ok(()),
+            Err(e) => Err(e),
         }
     }
+}
+
+/// This store's buckets and the tier's, each once (with this store's creation time), by name.
+fn union(
+    here: Vec<(String, i64)>,
+    there: Vec<TierBucket>,
+) -> BTreeMap<String, Option<dto::Timestamp>> {
+    let mut all: BTreeMap<String, Option<dto::Timestamp>> = here
+        .into_iter()
+        .map(|(name, created)| (name, Some(timestamp(created))))
+        .collect();
+    for b in there {
+        all.entry(b.name).or_insert(b.created);
+    }
+    all
 }
 
 /// The owner S3 reports for a tenant's buckets and objects (ListBuckets, fetch-owner).

@@ -1,12 +1,14 @@
 //! Bucket listings: ListObjects (v1), ListObjectsV2 and ListObjectVersions (unversioned
 //! buckets: every current object, version "null"). All three page through the catalog in key
 //! order with the same resume rule: strictly after the last name returned, where a returned
-//! common prefix also covers every key under it.
+//! common prefix also covers every key under it. With a tier behind the front, the page is the
+//! merge of the catalog's and the tier's (`tier::merge`); the rest is the same.
 
 use s3s::dto;
-use sluice_meta::{Entry, ListPage, ListQuery};
+use sluice_meta::{Entry, ListPage, ListQuery, MetaError};
 
 use super::buckets::owner;
+use super::tier::{merge, roll_up};
 use super::{Front, etag, timestamp};
 use crate::error::{ApiError, ApiResult};
 
@@ -118,6 +120,9 @@ fn split(page: ListPage) -> Split {
 }
 
 impl Front {
+    /// One page of the bucket: the catalog's, or with a tier its merge with the tier's
+    /// objects. A bucket either side has is listed; when the tier fails, a bucket this store
+    /// has is listed as it is here.
     async fn page(
         &self,
         tenant: &str,
@@ -127,22 +132,51 @@ impl Front {
         after: Option<String>,
         max: usize,
     ) -> ApiResult<ListPage> {
-        let (t, b) = (tenant.to_owned(), bucket.to_owned());
-        let prefix = prefix.unwrap_or("").to_owned();
-        let delimiter = delimiter.map(str::to_owned);
-        self.meta(move |c| {
+        let prefix = prefix.unwrap_or("");
+        let (t, b, p) = (tenant.to_owned(), bucket.to_owned(), prefix.to_owned());
+        let (d, a) = (delimiter.map(str::to_owned), after.clone());
+        let local = self.meta(move |c| {
             c.list_objects(
                 &t,
                 &b,
                 &ListQuery {
-                    prefix: &prefix,
-                    delimiter: delimiter.as_deref(),
-                    after: after.as_deref(),
+                    prefix: &p,
+                    delimiter: d.as_deref(),
+                    after: a.as_deref(),
                     max,
                 },
             )
-        })
-        .await
+        });
+        let Some(tier) = &self.inner.tier else {
+            return local.await;
+        };
+        let remote = tier.list(tenant, bucket, prefix, after.as_deref());
+        let (local, remote) = futures::future::join(local, remote).await;
+        let local = match local {
+            Ok(page) => Some(page),
+            Err(ApiError::Meta(MetaError::NoSuchBucket)) => None,
+            Err(e) => return Err(e),
+        };
+        let remote = match (remote, &local) {
+            (Ok(objects), _) => objects,
+            (Err(ApiError::Meta(MetaError::NoSuchBucket)), Some(_)) => Vec::new(),
+            (Err(ApiError::Tier(e)), Some(_)) => {
+                tracing::warn!(tenant, bucket, error = %e, "listing this node's objects only");
+                Vec::new()
+            }
+            (Err(e), _) => return Err(e),
+        };
+        let q = ListQuery {
+            prefix,
+            delimiter,
+            after: after.as_deref(),
+            max,
+        };
+        let local = local.unwrap_or(ListPage {
+            entries: Vec::new(),
+            truncated: false,
+        });
+        Ok(merge(local, roll_up(remote, &q), max))
     }
 
     fn objects(

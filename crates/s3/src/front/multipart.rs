@@ -48,6 +48,7 @@ impl Front {
         input: dto::CreateMultipartUploadInput,
     ) -> ApiResult<dto::CreateMultipartUploadOutput> {
         let repr = representation!(input)?;
+        self.require_bucket(tenant, &input.bucket).await?;
         let id: u128 = rand::random();
         let upload_id = format!("{id:032x}");
         let rec = UploadRecord {
@@ -173,7 +174,7 @@ impl Front {
         input: dto::UploadPartCopyInput,
     ) -> ApiResult<dto::UploadPartCopyOutput> {
         let number = part_number(input.part_number)?;
-        let (_, _, src) = self.copy_source(tenant, &input.copy_source).await?;
+        let src = self.copy_source(tenant, &input.copy_source).await?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;
         let range = copy_range(input.copy_source_range.as_deref(), src.rec.size)?;

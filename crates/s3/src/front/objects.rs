@@ -1,4 +1,5 @@
-//! Object operations: put, get, head, delete, copy.
+//! Object operations: put, get, head, delete, copy. With a tier behind the front, a GET, HEAD
+//! or CopyObject whose object is not here reads it from the tier.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -10,6 +11,7 @@ use s3s::dto::{self, StreamingBlob};
 use s3s::stream::ByteStream;
 use sluice_meta::{ObjectRecord, Segment};
 
+use super::tier::TierRead;
 use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
 use crate::blob::{self, BlobStore, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
@@ -392,19 +394,36 @@ impl Front {
         if input.part_number.is_some() {
             return Err(ApiError::NotImplemented("GetObject by partNumber"));
         }
-        let src = self
+        let (rec, range, body) = match self
             .object_with_body(tenant, &input.bucket, &input.key)
-            .await?;
-        let rec = &src.rec;
-        let (range, partial) = match &input.range {
-            None => (0..rec.size, false),
-            Some(r) => (r.check(rec.size).map_err(|_| ApiError::InvalidRange)?, true),
+            .await
+        {
+            Ok(src) => {
+                let range = match &input.range {
+                    None => 0..src.rec.size,
+                    Some(r) => r.check(src.rec.size).map_err(|_| ApiError::InvalidRange)?,
+                };
+                let body = self.read_object(tenant, &src, range.clone(), lane);
+                (src.rec, range, body)
+            }
+            Err(e) => match self.tier_after(&e) {
+                Some(tier) => {
+                    let read = tier
+                        .get(tenant, &input.bucket, &input.key, input.range)
+                        .await?;
+                    (read.record, read.range, read.body)
+                }
+                None => return Err(e),
+            },
         };
-        let body = self.read_object(tenant, &src, range.clone(), lane);
+        let rec = &rec;
         Ok(dto::GetObjectOutput {
             body: Some(StreamingBlob::wrap(body)),
             content_length: i64::try_from(range.end - range.start).ok(),
-            content_range: partial.then(|| content_range(&range, rec.size)),
+            content_range: input
+                .range
+                .is_some()
+                .then(|| content_range(&range, rec.size)),
             accept_ranges: Some("bytes".into()),
             e_tag: Some(etag(&rec.etag)),
             last_modified: Some(timestamp(rec.last_modified_ms)),
@@ -434,7 +453,13 @@ impl Front {
         tenant: &str,
         input: dto::HeadObjectInput,
     ) -> ApiResult<dto::HeadObjectOutput> {
-        let rec = self.object(tenant, &input.bucket, &input.key).await?;
+        let rec = match self.object(tenant, &input.bucket, &input.key).await {
+            Ok(rec) => rec,
+            Err(e) => match self.tier_after(&e) {
+                Some(tier) => tier.head(tenant, &input.bucket, &input.key).await?,
+                None => return Err(e),
+            },
+        };
         Ok(dto::HeadObjectOutput {
             content_length: i64::try_from(rec.size).ok(),
             accept_ranges: Some("bytes".into()),
@@ -477,6 +502,7 @@ impl Front {
                 "versioning is not enabled".into(),
             ));
         }
+        self.require_bucket(tenant, &input.bucket).await?;
         self.remove_object(tenant, &input.bucket, &input.key)
             .await?;
         Ok(dto::DeleteObjectOutput::default())
@@ -528,29 +554,14 @@ impl Front {
         })
     }
 
-    /// Resolves a copy source in the caller's own namespace: its bucket, key and object.
+    /// Resolves a copy source in the caller's own namespace (here only): its object.
     pub(super) async fn copy_source(
         &self,
         tenant: &str,
         source: &dto::CopySource,
-    ) -> ApiResult<(String, String, Source)> {
-        let dto::CopySource::Bucket {
-            bucket,
-            key,
-            version_id,
-        } = source
-        else {
-            return Err(ApiError::NotImplemented("access-point copy sources"));
-        };
-        name::check_bucket(bucket)?;
-        name::check_key(key)?;
-        if version_id.as_deref().is_some_and(|v| v != "null") {
-            return Err(ApiError::InvalidArgument(
-                "versioning is not enabled".into(),
-            ));
-        }
-        let src = self.object_with_body(tenant, bucket, key).await?;
-        Ok((bucket.to_string(), key.to_string(), src))
+    ) -> ApiResult<Source> {
+        let (bucket, key) = copy_source_name(source)?;
+        self.object_with_body(tenant, bucket, key).await
     }
 
     /// Copies `range` of `src` into a new blob, server-side when it is one whole blob.
@@ -610,7 +621,14 @@ impl Front {
         tenant: &str,
         input: dto::CopyObjectInput,
     ) -> ApiResult<dto::CopyObjectOutput> {
-        let (src_bucket, src_key, src) = self.copy_source(tenant, &input.copy_source).await?;
+        let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
+        let src = match self.object_with_body(tenant, src_bucket, src_key).await {
+            Ok(src) => Copied::Here(src),
+            Err(e) => match self.tier_after(&e) {
+                Some(tier) => Copied::Tier(tier.get(tenant, src_bucket, src_key, None).await?),
+                None => return Err(e),
+            },
+        };
         self.require_bucket(tenant, &input.bucket).await?;
         let replace = input
             .metadata_directive
@@ -621,23 +639,43 @@ impl Front {
                 "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata".into(),
             ));
         }
+        let src_rec = match &src {
+            Copied::Here(s) => &s.rec,
+            Copied::Tier(t) => &t.record,
+        };
         let repr = if replace {
             representation!(input)?
         } else {
             Representation {
-                content_type: src.rec.content_type.clone(),
-                headers: src.rec.headers.clone(),
-                metadata: src.rec.metadata.clone(),
+                content_type: src_rec.content_type.clone(),
+                headers: src_rec.headers.clone(),
+                metadata: src_rec.metadata.clone(),
             }
         };
-        // A copy keeps its source's kind of storage: an inline object's copy stays inline.
-        let (stored, written, reservation) = if let Some(body) = &src.inline {
-            self.copy_inline(tenant, body).await?
-        } else {
-            let (blob, written, reservation) = self
-                .copy_bytes(tenant, &input.bucket, &src, 0..src.rec.size)
-                .await?;
-            (Stored::Blob(blob), written, reservation)
+        // A copy keeps its source's kind of storage: an inline object's copy stays inline. One
+        // from the tier is stored as a PUT of its bytes would be.
+        let (stored, written, reservation) = match src {
+            Copied::Here(Source {
+                inline: Some(body), ..
+            }) => self.copy_inline(tenant, &body).await?,
+            Copied::Here(src) => {
+                let (blob, written, reservation) = self
+                    .copy_bytes(tenant, &input.bucket, &src, 0..src.rec.size)
+                    .await?;
+                (Stored::Blob(blob), written, reservation)
+            }
+            Copied::Tier(read) => {
+                let len = read.range.end - read.range.start;
+                self.store_body(
+                    tenant,
+                    &input.bucket,
+                    read.body,
+                    Some(len),
+                    self.config().max_object_size,
+                    Some(INLINE_MAX),
+                )
+                .await?
+            }
         };
         let (rec, inline) = new_object(stored, &written, repr);
         let rec = self
@@ -652,6 +690,32 @@ impl Front {
             ..Default::default()
         })
     }
+}
+
+/// The source of a CopyObject: here, or read from the tier behind.
+enum Copied {
+    Here(Source),
+    Tier(TierRead),
+}
+
+/// The bucket and key of a copy source, checked as names in the caller's namespace.
+fn copy_source_name(source: &dto::CopySource) -> ApiResult<(&str, &str)> {
+    let dto::CopySource::Bucket {
+        bucket,
+        key,
+        version_id,
+    } = source
+    else {
+        return Err(ApiError::NotImplemented("access-point copy sources"));
+    };
+    name::check_bucket(bucket)?;
+    name::check_key(key)?;
+    if version_id.as_deref().is_some_and(|v| v != "null") {
+        return Err(ApiError::InvalidArgument(
+            "versioning is not enabled".into(),
+        ));
+    }
+    Ok((bucket, key))
 }
 
 /// The record of an object whose body was just stored, with its body if that is inline.
