@@ -1,5 +1,9 @@
-//! The S3 service as hyper serves it on a connection: s3s's [`S3Service`] plus the one
-//! connection-level rule that S3 clients need from us.
+//! The S3 service as hyper serves it on a connection: s3s's [`S3Service`] plus the
+//! connection-level rules that S3 clients need from us.
+//!
+//! **Every request is one [`request::Request`](crate::request)**: an id sent back in
+//! `x-amz-request-id` and `x-amz-id-2`, a span its handler's lines carry, one log line for its
+//! outcome; the refusals below included.
 //!
 //! **`Expect: 100-continue` on an empty body.** hyper answers such a request with its final
 //! response and no `100 Continue` first (RFC 9110 allows it: there is no content to wait
@@ -27,6 +31,8 @@ use http::{HeaderMap, HeaderValue, Request, StatusCode, Version};
 use hyper::body::Incoming;
 use s3s::service::S3Service;
 use s3s::{HttpError, HttpResponse};
+
+use crate::request::Request as Served;
 
 /// The default limit on a request's header section: names, values and their separators.
 pub const HEADER_SECTION_MAX: usize = 16 * 1024;
@@ -96,21 +102,22 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, HttpError>> + Send>>;
 
     fn call(&self, req: Request<Incoming>) -> Self::Future {
+        let served = Served::begin(req.method(), req.uri());
         let len = header_section_len(req.headers());
         if len > self.header_max {
             let resp = header_section_too_large(req.version(), len, self.header_max);
-            return Box::pin(std::future::ready(Ok(resp)));
+            return Box::pin(served.run(std::future::ready(Ok(resp))));
         }
         let close = expects_continue_without_body(req.version(), req.headers());
         let future = hyper::service::Service::call(&self.s3, req);
-        Box::pin(async move {
+        Box::pin(served.run(async move {
             let mut resp = future.await?;
             if close {
                 resp.headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));
             }
             Ok(resp)
-        })
+        }))
     }
 }
 

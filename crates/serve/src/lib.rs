@@ -1,6 +1,7 @@
 //! Serving HTTP for both processes, the gateway and the node agent: the accept loop
 //! ([`serve_http`]), the reads under hyper ([`framing`]), the writes under hyper
-//! ([`sendfile`]) and the connection rules S3 clients need ([`connection`]).
+//! ([`sendfile`]), the connection rules S3 clients need ([`connection`]) and what each
+//! request is to its client and to the logs: an id, a span, one line ([`request`]).
 //!
 //! # The contract with hyper
 //!
@@ -30,7 +31,9 @@
 pub mod connection;
 pub mod framing;
 mod listener;
+pub mod request;
 pub mod sendfile;
 
 pub use connection::{HEADER_SECTION_MAX, HttpService};
 pub use listener::{HEADER_READ_TIMEOUT, serve_http};
+pub use request::{DEFAULT_LOG_FILTER, RequestId};
