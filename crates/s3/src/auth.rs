@@ -4,7 +4,8 @@
 //! against the secret [`Tenants`] returns. [`TenantAccess`] then runs before any input is
 //! parsed: it refuses anonymous requests and the legacy Signature Version 2 and POST-form
 //! paths, resolves the tenant, validates bucket and key names, and hands the tenant to the
-//! handler in the request's extensions. Handlers never look at an access key again.
+//! handler in the request's extensions (and names it and the operation on the request's span,
+//! for the logs). Handlers never look at an access key again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -103,8 +104,9 @@ fn presigned_for_too_long(uri: &http::Uri) -> bool {
 }
 
 /// The tenant behind a request s3s has authenticated, under the rules every operation follows:
-/// Signature Version 4 only, no anonymous caller, a known key. For custom routes
-/// (`s3s::route::S3Route`), which s3s authenticates but does not pass through [`TenantAccess`].
+/// Signature Version 4 only, no anonymous caller, a known key; named on the request's span
+/// (`sluice_serve::request`). For custom routes (`s3s::route::S3Route`), which s3s
+/// authenticates but does not pass through [`TenantAccess`].
 pub fn sigv4_tenant(
     tenants: &Tenants,
     headers: &http::HeaderMap,
@@ -126,9 +128,11 @@ pub fn sigv4_tenant(
             "X-Amz-Expires must be at most {PRESIGNED_MAX_SECS} seconds (a week)"
         ));
     }
-    tenants
+    let key = tenants
         .get(&creds.access_key)
-        .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))
+        .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))?;
+    sluice_serve::request::set_tenant(&key.tenant);
+    Ok(key)
 }
 
 fn is_post_form(cx: &S3AccessContext<'_>) -> bool {
@@ -143,6 +147,7 @@ fn is_post_form(cx: &S3AccessContext<'_>) -> bool {
 #[async_trait::async_trait]
 impl S3Access for TenantAccess {
     async fn check(&self, cx: &mut S3AccessContext<'_>) -> S3Result<()> {
+        sluice_serve::request::set_operation(cx.s3_op().name());
         if is_post_form(cx) {
             return Err(s3_error!(
                 AccessDenied,
@@ -160,7 +165,6 @@ impl S3Access for TenantAccess {
                 name::check_key(key).map_err(|e| to_s3(ApiError::Name(e)))?;
             }
         }
-        tracing::Span::current().record("tenant", &*key.tenant);
         cx.extensions_mut().insert(Caller(key.tenant));
         Ok(())
     }
