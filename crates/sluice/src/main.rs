@@ -2,6 +2,7 @@
 //! module under `cmd/` and only parses arguments and wires library crates together.
 
 mod cmd;
+mod logging;
 
 use clap::{Parser, Subcommand};
 
@@ -13,9 +14,17 @@ static ALLOC: sluice_alloc::PageAligned = sluice_alloc::PageAligned;
 #[command(
     name = "sluice",
     version,
-    about = "Storage for multi-tenant GPU clouds"
+    about = "Storage for multi-tenant GPU clouds",
+    after_help = "Logs go to stderr. SLUICE_LOG (or, if it is unset, RUST_LOG) sets their filter, \
+                  e.g. SLUICE_LOG=debug or SLUICE_LOG=info,sluice_serve=debug; the default is \
+                  info,s3s=off. Each request is logged once, with its id (the x-amz-request-id \
+                  of its response) and tenant: server faults at error, everything else at debug."
 )]
 struct Cli {
+    /// How log lines are written: text (coloured only on a terminal), or json (one object a
+    /// line, for log collectors).
+    #[arg(long, global = true, value_enum, default_value_t)]
+    log_format: logging::Format,
     #[command(subcommand)]
     command: Command,
 }
@@ -42,13 +51,7 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,s3s=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    logging::init(cli.log_format)?;
     match cli.command {
         Command::Up(args) => cmd::up::run(&args),
         Command::Gateway(args) => cmd::gateway::run(&args),
