@@ -1,7 +1,7 @@
 //! The S3 service as hyper serves it on a connection: s3s's [`S3Service`] plus the
 //! connection-level rules that S3 clients need from us.
 //!
-//! **Every request is one [`request::Request`](crate::request)**: an id sent back in
+//! **Every request is one [`request`](crate::request)**: an id sent back in
 //! `x-amz-request-id` and `x-amz-id-2`, a span its handler's lines carry, one log line for its
 //! outcome; the refusals below included.
 //!
@@ -32,7 +32,7 @@ use hyper::body::Incoming;
 use s3s::service::S3Service;
 use s3s::{HttpError, HttpResponse};
 
-use crate::request::Request as Served;
+use crate::request::Served;
 
 /// The default limit on a request's header section: names, values and their separators.
 pub const HEADER_SECTION_MAX: usize = 16 * 1024;

@@ -1,7 +1,7 @@
 //! One request as its client and the logs see it: an id, a span, and one line.
 //!
-//! [`HttpService`](crate::HttpService) runs every request it serves through [`Request::run`],
-//! its own refusals included:
+//! [`HttpService`](crate::HttpService) runs every request it serves, its own refusals
+//! included, through `Served::run`:
 //!
 //! - **An id.** [`RequestId`]: 16 hex digits, unique within the process, sent back as
 //!   `x-amz-request-id` on every response, errors included. `x-amz-id-2` (S3's "host id")
@@ -12,7 +12,8 @@
 //! - **A span**, `request{id method path op tenant}`, around the handler: every line logged
 //!   while the request is handled carries it. `op` and `tenant` are filled in when the
 //!   request passes the access check ([`set_operation`], [`set_tenant`], called by
-//!   `sluice-s3`'s), so a request refused before it (a bad signature) has neither. The path
+//!   `sluice-s3`'s access check), so a request refused before it (a bad signature) has
+//!   neither. The path
 //!   is recorded, never the query: a presigned URL carries its credentials there. The span is
 //!   at ERROR level so that it is enabled under any filter that lets a line through: a log
 //!   kept to errors still tells whose request failed.
@@ -142,13 +143,13 @@ pub fn upstream_failure(cause: impl Display) {
 }
 
 /// A request being served: its id, its span and when it started.
-pub(crate) struct Request {
+pub(crate) struct Served {
     id: RequestId,
     span: Span,
     started: Instant,
 }
 
-impl Request {
+impl Served {
     pub(crate) fn begin(method: &Method, uri: &Uri) -> Self {
         let id = RequestId::next();
         let span = tracing::error_span!(
