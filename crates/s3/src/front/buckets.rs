@@ -20,7 +20,9 @@ impl Front {
             Some(tier) => match tier.buckets(tenant).await {
                 Ok(buckets) => buckets,
                 Err(ApiError::Tier(e)) => {
-                    tracing::warn!(tenant, error = %e, "listing this node's buckets only");
+                    sluice_serve::request::upstream_failure(format_args!(
+                        "listing this node's buckets only: {e}"
+                    ));
                     Vec::new()
                 }
                 Err(e) => return Err(e),
@@ -119,7 +121,9 @@ impl Front {
             Ok(true) => {}
             Ok(false) => return Err(MetaError::NoSuchBucket.into()),
             Err(ApiError::Tier(e)) => {
-                tracing::warn!(tenant, bucket, error = %e, "cannot ask the shared tier for a bucket");
+                sluice_serve::request::upstream_failure(format_args!(
+                    "bucket {bucket} taken as absent: {e}"
+                ));
                 return Err(MetaError::NoSuchBucket.into());
             }
             Err(e) => return Err(e),

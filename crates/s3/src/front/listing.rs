@@ -161,7 +161,9 @@ impl Front {
             (Ok(objects), _) => objects,
             (Err(ApiError::Meta(MetaError::NoSuchBucket)), Some(_)) => Vec::new(),
             (Err(ApiError::Tier(e)), Some(_)) => {
-                tracing::warn!(tenant, bucket, error = %e, "listing this node's objects only");
+                sluice_serve::request::upstream_failure(format_args!(
+                    "listing this node's objects only: {e}"
+                ));
                 Vec::new()
             }
             (Err(e), _) => return Err(e),

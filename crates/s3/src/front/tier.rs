@@ -22,8 +22,9 @@
 //! `ApiError::Tier`, classified by the tier's HTTP status.
 //!
 //! When the tier fails, a listing of a bucket this store has lists what is here, ListBuckets
-//! lists this store's buckets and a bucket lookup finds none upstream (each logged at warn);
-//! a read that needs the tier fails with its error.
+//! lists this store's buckets and a bucket lookup finds none upstream, each reported as an
+//! upstream failure (the request's log line is at warn); a read that needs the tier fails
+//! with its error.
 
 use std::cmp::Ordering;
 use std::ops::Range;
