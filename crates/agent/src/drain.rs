@@ -25,9 +25,18 @@
 //!
 //! # Retries
 //!
-//! A failed op leaves its tenant in backoff (exponential with full jitter, at most
-//! [`MAX_BACKOFF`], or [`PERMANENT_BACKOFF`] for refusals such as `QuotaExceeded`); it is
-//! retried for ever and its data never dropped. The last error is kept for status.
+//! A failed op leaves its tenant in backoff (exponential with jitter, at most
+//! [`MAX_BACKOFF`], or [`PERMANENT_BACKOFF`] for refusals such as `QuotaExceeded` and for a
+//! local copy that cannot be read back intact); it is retried for ever and its data never
+//! dropped. The last error is kept for status. Failures are classified by their typed
+//! [`UpstreamError`] and logged where they are handled, in the drain's words: throttling at
+//! debug, a transient failure at WARN (one line per attempt), a refusal at WARN and a local
+//! copy that fails its checksum at ERROR, each once per change of the tenant's error.
+//!
+//! # The upstream
+//!
+//! The drain works through [`UpstreamStore`], so its tests run it against the in-memory twin
+//! behind a fault injector.
 //!
 //! # Cancellation
 //!
@@ -42,6 +51,8 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use md5::{Digest, Md5};
 use object_store::PutPayload;
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
 use sluice_config::{Retention, Tenant};
 use sluice_md5::Md5Stream;
 use sluice_meta::MetaError;
@@ -52,13 +63,32 @@ use tokio::time::Instant;
 
 use crate::journal::{self, DonePart, Journal, Op, OpKind, UploadProgress};
 use crate::pacer::{IntervalEstimator, Policy, TokenBucket};
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{UpstreamError, UpstreamStore};
 use sluice_store::Crc;
 
 /// Objects up to this size go up in one PUT.
 pub const SINGLE_PUT_MAX: u64 = 16 * 1024 * 1024;
 /// Smallest upstream part of a multipart drain.
 pub const PART_SIZE: u64 = 16 * 1024 * 1024;
+
+/// How objects are cut for the upstream: [`SINGLE_PUT_MAX`] and [`PART_SIZE`] unless a test
+/// wants many parts of small objects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransferSizes {
+    /// Objects up to this size go up in one PUT; larger ones as multipart uploads.
+    pub single_put_max: u64,
+    /// The smallest part (an object over 10,000 parts of it gets larger parts).
+    pub part_size: u64,
+}
+
+impl Default for TransferSizes {
+    fn default() -> Self {
+        Self {
+            single_put_max: SINGLE_PUT_MAX,
+            part_size: PART_SIZE,
+        }
+    }
+}
 /// Transfers in flight per tenant and overall.
 pub const PER_TENANT: usize = 2;
 pub const TOTAL: usize = 6;
@@ -96,6 +126,61 @@ impl DrainError {
             Self::Local { .. } => true,
             _ => false,
         }
+    }
+}
+
+/// What an op is called in a log line.
+fn op_name(kind: &OpKind) -> &'static str {
+    match kind {
+        OpKind::Put { .. } => "upload",
+        OpKind::Delete => "delete",
+        OpKind::CreateBucket => "bucket creation",
+        OpKind::DeleteBucket => "bucket deletion",
+    }
+}
+
+/// Logs a failed op where it is handled: throttling at debug; a transient failure at WARN,
+/// once per attempt; a refusal (at WARN) and a loss of local data (at ERROR, the one thing a
+/// human must act on) once per change of the tenant's error, at debug while it lasts.
+fn log_failure(op: &Op, e: &DrainError, changed: bool, retry_in: Duration) {
+    let (tenant, bucket, key, what) = (&op.tenant, &op.bucket, &op.key, op_name(&op.kind));
+    match e {
+        DrainError::Upstream(UpstreamError::SlowDown(m)) => tracing::debug!(
+            tenant,
+            bucket,
+            key,
+            op = what,
+            "upstream asks the {what} to slow down ({m}); retrying in {retry_in:?}"
+        ),
+        DrainError::Upstream(UpstreamError::Refused { status, message }) if changed => {
+            tracing::warn!(
+                tenant,
+                bucket,
+                key,
+                op = what,
+                "upstream refused the {what}: {message} ({status}); the data stays on this \
+                 node, retried every {PERMANENT_BACKOFF:?}"
+            );
+        }
+        DrainError::Local { .. } if changed => tracing::error!(
+            tenant, bucket, key, op = what, error = %e,
+            "the local copy cannot be uploaded; it stays on this node, retried every \
+             {PERMANENT_BACKOFF:?}"
+        ),
+        DrainError::Upstream(UpstreamError::Refused { .. }) | DrainError::Local { .. } => {
+            tracing::debug!(tenant, bucket, key, op = what, error = %e, "still failing");
+        }
+        DrainError::Journal(_) | DrainError::Task(_) => tracing::error!(
+            tenant, bucket, key, op = what, error = %e,
+            "the drain journal failed; retrying in {retry_in:?}"
+        ),
+        DrainError::Upstream(_) | DrainError::Mismatch { .. } => tracing::warn!(
+            tenant,
+            bucket,
+            key,
+            op = what,
+            "the {what} failed: {e}; retrying in {retry_in:?}"
+        ),
     }
 }
 
@@ -186,10 +271,13 @@ fn burst(rate: f64) -> f64 {
 pub struct Drain {
     pub journal: Arc<Journal>,
     pub blobs: Arc<BlobStore>,
-    pub upstream: Arc<Upstream>,
+    pub upstream: Arc<dyn UpstreamStore>,
     pub wake: Arc<Notify>,
     tenants: Mutex<HashMap<String, TenantDrain>>,
     busy: Mutex<HashSet<(String, String, String)>>,
+    sizes: TransferSizes,
+    /// Draws the backoffs' jitter.
+    jitter: Mutex<Xoshiro256PlusPlus>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -225,7 +313,7 @@ impl Drain {
     pub fn new(
         journal: Arc<Journal>,
         blobs: Arc<BlobStore>,
-        upstream: Arc<Upstream>,
+        upstream: Arc<dyn UpstreamStore>,
         wake: Arc<Notify>,
         tenants: &[Tenant],
     ) -> Self {
@@ -242,7 +330,23 @@ impl Drain {
                     .collect(),
             ),
             busy: Mutex::default(),
+            sizes: TransferSizes::default(),
+            jitter: Mutex::new(Xoshiro256PlusPlus::seed_from_u64(rand::random())),
         }
+    }
+
+    /// Cuts objects for the upstream by `sizes` instead of the defaults.
+    #[must_use]
+    pub fn with_transfer_sizes(mut self, sizes: TransferSizes) -> Self {
+        self.sizes = sizes;
+        self
+    }
+
+    /// Draws the backoffs' jitter from an RNG seeded with `seed` (a replayable run).
+    #[must_use]
+    pub fn with_seed(mut self, seed: u64) -> Self {
+        self.jitter = Mutex::new(Xoshiro256PlusPlus::seed_from_u64(seed));
+        self
     }
 
     /// Runs `f` with the tenants' runtime state.
@@ -408,15 +512,14 @@ impl Drain {
                 };
                 let exp = Duration::from_millis(100).saturating_mul(1 << t.failures.min(10));
                 let base = exp.min(cap);
-                let jitter: f64 = rand::random::<f64>() * 0.5 + 0.5;
-                t.backoff_until = Some(Instant::now() + base.mul_f64(jitter));
-                if permanent {
-                    tracing::error!(tenant = op.tenant, key = op.key, error = %e, "upstream refuses a drain; data kept, retrying slowly");
-                } else {
-                    tracing::warn!(tenant = op.tenant, key = op.key, error = %e, "drain failed; retrying");
-                }
+                let jitter: f64 = lock(&self.jitter).random::<f64>() * 0.5 + 0.5;
+                let retry_in = base.mul_f64(jitter);
+                t.backoff_until = Some(Instant::now() + retry_in);
+                let message = e.to_string();
+                let changed = t.last_error.as_ref().is_none_or(|l| l.message != message);
+                log_failure(&op, &e, changed, retry_in);
                 t.last_error = Some(ErrorInfo {
-                    message: e.to_string(),
+                    message,
                     permanent,
                     at_ms: now_ms(),
                     key: format!("{}/{}", op.bucket, op.key),
@@ -547,7 +650,7 @@ impl Drain {
         let OpKind::Put { object, crc } = &op.kind else {
             return Err(DrainError::Task("not a put".into()));
         };
-        let expected_etag = if object.size <= SINGLE_PUT_MAX {
+        let expected_etag = if object.size <= self.sizes.single_put_max {
             let Some((chunks, got, md5)) = self.read_local(op, object, 0..object.size).await?
             else {
                 return Ok(Outcome::Superseded);
@@ -561,7 +664,7 @@ impl Drain {
                 .await?;
             let md5 = hex(&md5);
             if let Some(e) = etag
-                && e.trim_matches('"') != md5
+                && e != md5
             {
                 return Err(DrainError::Mismatch {
                     key: op.key.clone(),
@@ -584,7 +687,7 @@ impl Drain {
                 key: op.key.clone(),
                 message: "absent after upload".into(),
             })?;
-        let etag = head.e_tag.as_deref().unwrap_or("").trim_matches('"');
+        let etag = head.etag;
         if head.size != object.size || etag != expected_etag {
             return Err(DrainError::Mismatch {
                 key: op.key.clone(),
@@ -610,7 +713,7 @@ impl Drain {
         object: &sluice_meta::ObjectRecord,
         crc: Option<Crc>,
     ) -> Result<Option<String>, DrainError> {
-        let part_size = PART_SIZE.max(object.size.div_ceil(10_000));
+        let part_size = self.sizes.part_size.max(object.size.div_ceil(10_000));
         let mut progress = if let Some(p) = &op.upload {
             p.clone()
         } else {
@@ -689,12 +792,9 @@ impl Drain {
             // Already completed before a crash? The HEAD after this decides; an upload that
             // vanished otherwise starts again from scratch.
             let head = self.upstream.head(&op.tenant, &op.bucket, &op.key).await?;
-            let done = head.is_some_and(|h| {
-                h.size == object.size
-                    && h.e_tag.as_deref().map(|e| e.trim_matches('"')) == Some(expected.as_str())
-            });
+            let done = head.is_some_and(|h| h.size == object.size && h.etag == expected);
             if !done {
-                if matches!(e, UpstreamError::NotFound) || e.to_string().contains("NoSuchUpload") {
+                if e == UpstreamError::NotFound {
                     self.record(op.seq, None).await?;
                 }
                 return Err(e.into());

@@ -42,7 +42,7 @@ use crate::drain::Drain;
 use crate::journal::{Journal, JournalHook};
 use crate::node::NodeS3;
 use crate::server::{Listener, StatusRoutes};
-use crate::upstream::{Credentials, Upstream};
+use crate::upstream::{Credentials, Upstream, UpstreamStore};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -162,7 +162,7 @@ impl Agent {
                 )
             })
             .collect();
-        let upstream = Arc::new(Upstream::new(&a.upstream, creds)?);
+        let upstream = Arc::new(Upstream::new(&a.upstream, &a.upstream_region, creds)?);
         let front = Front::new(
             catalog,
             Arc::clone(&blobs),
@@ -180,7 +180,7 @@ impl Agent {
         let drain = Arc::new(Drain::new(
             Arc::clone(&journal),
             blobs,
-            Arc::clone(&upstream),
+            Arc::clone(&upstream) as Arc<dyn UpstreamStore>,
             wake,
             &config.tenants,
         ));

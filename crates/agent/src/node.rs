@@ -253,9 +253,7 @@ impl NodeS3 {
             .await
         {
             Ok(g) => g,
-            Err(UpstreamError::Transient(e) | UpstreamError::Permanent(e))
-                if range.is_some() && e.contains("416") =>
-            {
+            Err(UpstreamError::RangeNotSatisfiable) if range.is_some() => {
                 return Err(s3_error!(InvalidRange));
             }
             Err(e) => return Err(upstream_err(&e)),

@@ -14,7 +14,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use sluice_agent::Agent;
 use sluice_agent::drain::PART_SIZE;
 use sluice_agent::journal::OpKind;
-use sluice_agent::upstream::{Credentials, Upstream};
+use sluice_agent::upstream::{Credentials, Upstream, UpstreamStore};
 use sluice_config::Config;
 use sluice_gateway::Gateway;
 
@@ -109,7 +109,7 @@ async fn an_interrupted_multipart_drain_resumes_without_resending_recorded_parts
     )]
     .into_iter()
     .collect();
-    Upstream::new(&endpoint, creds)
+    Upstream::new(&endpoint, "us-east-1", creds)
         .expect("client")
         .create_bucket("alice", "ckpt")
         .await

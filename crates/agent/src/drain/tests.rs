@@ -5,9 +5,10 @@ use sluice_meta::{Catalog, ObjectRecord};
 
 use super::*;
 use crate::journal::JournalHook;
+use crate::upstream::memory::InMemoryUpstream;
 
-/// A drain over a fresh catalog (with the journal hook) and an in-memory blob store; its
-/// upstream is never contacted.
+/// A drain over a fresh catalog (with the journal hook), an in-memory blob store and an
+/// in-memory upstream.
 fn drain(dir: &std::path::Path) -> Drain {
     let sums = Arc::new(sluice_store::Checksums::default());
     let wake = Arc::new(Notify::new());
@@ -18,7 +19,7 @@ fn drain(dir: &std::path::Path) -> Drain {
     catalog.create_bucket("t", "b", 0).expect("bucket");
     let journal = Arc::new(Journal::open(catalog).expect("journal"));
     let blobs = Arc::new(BlobStore::new(Arc::new(InMemory::new()), 1 << 20, 1 << 20));
-    let upstream = Arc::new(Upstream::new("http://127.0.0.1:9", HashMap::new()).expect("client"));
+    let upstream = Arc::new(InMemoryUpstream::new());
     Drain::new(journal, blobs, upstream, wake, &[])
 }
 
