@@ -14,10 +14,12 @@
 //!    chunk reaches [`sendfile::SendfileSocket`] at the address it was created with. That is
 //!    how a placeholder (a slice of one static run of zeros) is recognised and replaced by the
 //!    file stretch its [`sendfile::SendfileLane`] names. If hyper ever copied chunks into a
-//!    buffer of its own, placeholders would arrive at other addresses: the socket would send
-//!    the zeros. The test serves a placeholder body through [`serve_http`] and checks that the
-//!    client receives the file's bytes — never zeros — and that an unaccounted placeholder
-//!    breaks the connection.
+//!    buffer of its own, placeholders would arrive at other addresses, as plain zeros: the
+//!    socket then meets a write without the placeholder of a stretch still queued, fails it,
+//!    and the connection breaks (the client sees a short body, never zeros). The tests serve
+//!    placeholder bodies of many shapes through [`serve_http`] and check that the client
+//!    receives the file's bytes, that an unaccounted placeholder breaks the connection, that
+//!    so does a server that flattens bodies (`writev(false)`), and that HTTP/2 gets no lane.
 //! 2. **Reads.** hyper reads from the connection into its own buffer and hands body pieces on
 //!    in the order and with the boundaries of those reads. [`framing::PageReads`] ends every
 //!    read inside a body on a 4 KiB page of it, so that with page-aligned buffers (the binary's

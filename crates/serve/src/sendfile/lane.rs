@@ -10,11 +10,13 @@
 //! its address and sends the stretch of the file instead.
 //!
 //! Placeholders are never sent as data: a placeholder the lane cannot account for (none
-//! queued, or out of step with the stretch at the front) fails the write, which breaks the
-//! connection, and the client sees a short body against its `Content-Length`. The lane is
-//! offered only where this holds end to end: on an HTTP/1 connection whose writer is hyper's
-//! vectored queue (it hands body chunks through unflattened, which the gateway pins), to a GET
-//! response body and nothing else (copies, the agent's drain and other readers get bytes).
+//! queued, or out of step with the stretch at the front) fails the write, and so does a write
+//! that carries no placeholder while a stretch is queued (its placeholder was copied on the
+//! way, as a hyper that flattened bodies would): either breaks the connection, and the client
+//! sees a short body against its `Content-Length`. The lane is offered only where this holds
+//! end to end: on an HTTP/1 connection whose writer is hyper's vectored queue (it hands body
+//! chunks through unflattened, which `tests/hyper_contract.rs` pins), to a GET response body
+//! and nothing else (copies, the agent's drain and other readers get bytes).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -66,7 +68,9 @@ impl SendfileLane {
     }
 
     /// Queues `len` bytes of `file` from `offset` and returns the placeholder the body carries
-    /// for them; `None` (nothing queued) when `len` is 0 or over [`PLACEHOLDER_MAX`].
+    /// for them; `None` (nothing queued) when `len` is 0 or over [`PLACEHOLDER_MAX`]. Called as
+    /// the body yields the placeholder: a stretch queued ahead of it would fail the writes
+    /// before it (see [`Self::is_pending`]).
     pub fn stand_in(&self, file: Arc<File>, offset: u64, len: usize) -> Option<Bytes> {
         if len == 0 || len > PLACEHOLDER_MAX {
             return None;
@@ -112,6 +116,13 @@ impl SendfileLane {
             offset: s.offset + s.sent,
             len: buf.len(),
         })
+    }
+
+    /// Whether a stretch is queued and not yet sent in full. Bodies stand a stretch in as they
+    /// yield its placeholder, so while one is queued its placeholder is in hyper's hands, and
+    /// every write must carry it.
+    pub fn is_pending(&self) -> bool {
+        !self.queue().is_empty()
     }
 
     /// Records `n` bytes of the front stretch as sent (dropping it once whole).

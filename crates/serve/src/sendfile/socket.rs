@@ -5,7 +5,9 @@
 //! `super::lane`). This writer passes every other byte to the socket as it is, and for
 //! a placeholder at the head of what hyper writes, has the kernel send the file's bytes
 //! instead: no copy into a buffer of ours, none out of it. A placeholder the lane cannot
-//! account for fails the write (and so the connection): it is never sent as data.
+//! account for fails the write (and so the connection), and so does a write without a
+//! placeholder while a stretch is queued (the placeholder was copied on its way here: hyper
+//! flattened the body): a placeholder is never sent as data.
 //!
 //! `sendfile` reads from the disk any page not yet in the page cache, and waits for it, so it
 //! runs on a blocking thread, never on a runtime thread (where every other connection of that
@@ -228,6 +230,12 @@ impl AsyncWrite for SendfileSocket {
             .iter()
             .position(|b| SendfileLane::is_placeholder(b))
             .unwrap_or(bufs.len());
+        if plain == bufs.len() && self.lane.is_pending() {
+            return Poll::Ready(Err(io::Error::other(
+                "a file stretch is queued but no placeholder is among the bytes written: the \
+                 body was copied on its way here, and its placeholders would leave as zeros",
+            )));
+        }
         Pin::new(&mut self.sock).poll_write_vectored(cx, &bufs[..plain])
     }
 
