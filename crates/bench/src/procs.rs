@@ -9,22 +9,136 @@ use std::time::{Duration, Instant};
 
 use crate::BenchError;
 
-/// A benchmark's working directory: emptied when created, removed when dropped. Declared
-/// before the servers that use it, it is dropped after them, so an error anywhere still stops
-/// them and then removes their data.
-pub struct Scratch(PathBuf);
+/// A benchmark's working directory, claimed for one run. A directory that holds anything is
+/// refused, never emptied: the benchmark deletes what it writes there, and a path such as an
+/// agent's data directory must come out of a mistyped flag intact. An absent directory is
+/// created (with any missing parents), an existing empty one is taken as it is.
+///
+/// Dropped, it removes what the claim created and nothing else: the directory it made (whole)
+/// and the parents it made (each only if nothing else was written there meanwhile), or, in a
+/// directory that was already there, every entry (it was empty). Declared before the servers
+/// that use it, it is dropped after them, so an error anywhere still stops them and then
+/// removes their data.
+pub struct Scratch {
+    dir: PathBuf,
+    /// The directories the claim made, `dir` first, then its parents upwards; empty when
+    /// `dir` was there.
+    created: Vec<PathBuf>,
+}
+
+/// Why a directory cannot be a benchmark's working directory. `flag` is what named it to the
+/// user (`--workdir`, or a description for directories a benchmark picks itself).
+#[derive(Debug, thiserror::Error)]
+pub enum ScratchError {
+    #[error(
+        "{flag} {} is not empty: pick an empty or new directory; the benchmark deletes what it \
+         writes there",
+        dir.display()
+    )]
+    NotEmpty { flag: &'static str, dir: PathBuf },
+    #[error("{flag} {} is not a directory", dir.display())]
+    NotADirectory { flag: &'static str, dir: PathBuf },
+    #[error("{flag} {}: {source}", dir.display())]
+    Io {
+        flag: &'static str,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl From<ScratchError> for BenchError {
+    fn from(e: ScratchError) -> Self {
+        let kind = match &e {
+            ScratchError::NotEmpty { .. } => std::io::ErrorKind::DirectoryNotEmpty,
+            ScratchError::NotADirectory { .. } => std::io::ErrorKind::NotADirectory,
+            ScratchError::Io { source, .. } => source.kind(),
+        };
+        Self::Io(std::io::Error::new(kind, e))
+    }
+}
 
 impl Scratch {
+    /// Claims `dir` where no flag names it: a directory a benchmark picks itself inside its
+    /// claimed one, or the claimed one again (it is empty).
     pub fn create(dir: &Path) -> Result<Self, BenchError> {
-        let _ = std::fs::remove_dir_all(dir);
-        std::fs::create_dir_all(dir)?;
-        Ok(Self(dir.to_path_buf()))
+        Ok(Self::claim("the working directory", dir)?)
     }
+
+    /// Claims `dir`, named to the user by `flag`: creates it if absent, takes it if it is an
+    /// empty directory, refuses it otherwise (leaving it as it is).
+    pub fn claim(flag: &'static str, dir: &Path) -> Result<Self, ScratchError> {
+        let io = |source| ScratchError::Io {
+            flag,
+            dir: dir.to_path_buf(),
+            source,
+        };
+        match std::fs::metadata(dir) {
+            Ok(meta) if !meta.is_dir() => Err(ScratchError::NotADirectory {
+                flag,
+                dir: dir.to_path_buf(),
+            }),
+            Ok(_) => {
+                if std::fs::read_dir(dir).map_err(io)?.next().is_some() {
+                    return Err(ScratchError::NotEmpty {
+                        flag,
+                        dir: dir.to_path_buf(),
+                    });
+                }
+                Ok(Self {
+                    dir: dir.to_path_buf(),
+                    created: Vec::new(),
+                })
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let created = missing_ancestors(dir).map_err(io)?;
+                std::fs::create_dir_all(dir).map_err(io)?;
+                Ok(Self {
+                    dir: dir.to_path_buf(),
+                    created,
+                })
+            }
+            Err(e) => Err(io(e)),
+        }
+    }
+}
+
+/// `dir` and those of its parents that do not exist, nearest first.
+fn missing_ancestors(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut missing = Vec::new();
+    for at in dir.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        match std::fs::symlink_metadata(at) {
+            Ok(_) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => missing.push(at.to_path_buf()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(missing)
 }
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        if let Some((made, parents)) = self.created.split_first() {
+            let _ = std::fs::remove_dir_all(made);
+            // `remove_dir` refuses a directory that is not empty: what another process wrote
+            // next to ours stays, and so do the parents above it.
+            for parent in parents {
+                if std::fs::remove_dir(parent).is_err() {
+                    break;
+                }
+            }
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let _ = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
     }
 }
 
@@ -292,4 +406,135 @@ pub fn start_seaweedfs(weed: &Path, dir: &Path, bucket: &str) -> Result<Proc, Be
         std::thread::sleep(Duration::from_millis(500));
     }
     Ok(Proc { child, port: s3 })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    /// A fresh directory for one test under the system's temporary directory, removed when
+    /// dropped (the tests check what `Scratch` leaves inside it).
+    struct TestRoot(PathBuf);
+
+    impl TestRoot {
+        fn new(name: &str) -> Self {
+            let root = std::env::temp_dir()
+                .join(format!("sluice-scratch-test-{}-{name}", std::process::id()));
+            let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(&root).expect("test root");
+            Self(root)
+        }
+    }
+
+    impl Drop for TestRoot {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// Writes what a run would: a file and a directory with a file in it.
+    fn write_a_run(dir: &Path) {
+        fs::write(dir.join("sluice.toml"), "x").expect("file");
+        fs::create_dir_all(dir.join("data/tenants")).expect("dirs");
+        fs::write(dir.join("data/tenants/blob"), "y").expect("nested file");
+    }
+
+    #[test]
+    fn a_directory_that_holds_anything_is_refused_and_left_intact() {
+        let root = TestRoot::new("refused");
+        let dir = root.0.join("agent-data");
+        fs::create_dir_all(dir.join("journal")).expect("dirs");
+        fs::write(dir.join("journal/0001"), "acknowledged bytes").expect("file");
+        let err = Scratch::claim("--dir", &dir)
+            .err()
+            .expect("a non-empty directory is refused");
+        assert!(matches!(err, ScratchError::NotEmpty { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "--dir {} is not empty: pick an empty or new directory; the benchmark deletes \
+                 what it writes there",
+                dir.display()
+            )
+        );
+        // As the benchmarks' own directories inside a claimed one are claimed.
+        let err = Scratch::create(&dir)
+            .err()
+            .expect("refused without a flag too");
+        assert!(err.to_string().contains("is not empty"), "{err}");
+        assert_eq!(
+            fs::read_to_string(dir.join("journal/0001")).expect("still there"),
+            "acknowledged bytes"
+        );
+    }
+
+    #[test]
+    fn a_file_is_refused_and_left_intact() {
+        let root = TestRoot::new("file");
+        let path = root.0.join("not-a-dir");
+        fs::write(&path, "data").expect("file");
+        let err = Scratch::claim("--workdir", &path)
+            .err()
+            .expect("a file is refused");
+        assert!(matches!(err, ScratchError::NotADirectory { .. }), "{err:?}");
+        assert_eq!(fs::read_to_string(&path).expect("still there"), "data");
+    }
+
+    #[test]
+    fn a_new_directory_is_created_with_its_parents_and_removed_whole() {
+        let root = TestRoot::new("new");
+        let dir = root.0.join("a/b/c");
+        let scratch = Scratch::claim("--workdir", &dir).expect("claimed");
+        assert!(dir.is_dir());
+        write_a_run(&dir);
+        drop(scratch);
+        assert!(!root.0.join("a").exists(), "the parents it made are gone");
+        assert!(root.0.is_dir(), "what was there stays");
+    }
+
+    #[test]
+    fn a_parent_it_made_stays_when_something_else_was_written_there() {
+        let root = TestRoot::new("shared-parent");
+        let dir = root.0.join("a/b");
+        let scratch = Scratch::claim("--workdir", &dir).expect("claimed");
+        write_a_run(&dir);
+        fs::write(root.0.join("a/other"), "not the benchmark's").expect("file");
+        drop(scratch);
+        assert!(!dir.exists(), "its own directory is gone");
+        assert_eq!(
+            fs::read_to_string(root.0.join("a/other")).expect("kept"),
+            "not the benchmark's"
+        );
+    }
+
+    #[test]
+    fn an_existing_empty_directory_is_emptied_and_kept() {
+        let root = TestRoot::new("empty");
+        let dir = root.0.join("mounted");
+        fs::create_dir(&dir).expect("dir");
+        let scratch = Scratch::claim("--dir", &dir).expect("an empty directory is taken");
+        write_a_run(&dir);
+        drop(scratch);
+        assert!(
+            dir.is_dir(),
+            "the directory was not the benchmark's to remove"
+        );
+        assert_eq!(fs::read_dir(&dir).expect("read").count(), 0, "emptied");
+    }
+
+    #[test]
+    fn a_directory_claimed_twice_is_emptied_by_the_inner_claim_and_removed_by_the_outer() {
+        // As `bench gateway` claims `--workdir` and its run claims the same directory again.
+        let root = TestRoot::new("nested");
+        let dir = root.0.join("work");
+        let outer = Scratch::claim("--workdir", &dir).expect("outer");
+        let inner = Scratch::create(&dir).expect("inner: the directory is empty");
+        write_a_run(&dir);
+        drop(inner);
+        assert_eq!(fs::read_dir(&dir).expect("read").count(), 0);
+        drop(outer);
+        assert!(!dir.exists());
+    }
 }
