@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use sluice_bench::gateway;
+use sluice_bench::procs::Scratch;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -31,7 +32,10 @@ pub struct NoisyArgs {
     pub svg: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Scratch directory (deleted and recreated).
+    /// Scratch directory (default: one in the system's temporary directory): created if
+    /// absent, or an existing empty one. A directory that holds anything is refused (the
+    /// benchmark deletes what it writes there); after the run it is removed, or emptied if it
+    /// was there.
     #[arg(long)]
     pub workdir: Option<PathBuf>,
 }
@@ -47,7 +51,10 @@ pub struct GatewayArgs {
     /// The SeaweedFS binary (default: $SLUICE_WEED, PATH, ./.venv/bin/weed); `none` skips it.
     #[arg(long)]
     pub weed: Option<String>,
-    /// Scratch directory (deleted and recreated).
+    /// Scratch directory (default: one in the system's temporary directory): created if
+    /// absent, or an existing empty one. A directory that holds anything is refused (the
+    /// benchmark deletes what it writes there); after the run it is removed, or emptied if it
+    /// was there.
     #[arg(long)]
     pub workdir: Option<PathBuf>,
 }
@@ -67,6 +74,8 @@ fn run_noisy(args: &NoisyArgs) -> anyhow::Result<()> {
         .workdir
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join("sluice-bench-noisy"));
+    // Held to the end, whatever happens: what the run wrote goes with it, and nothing else.
+    let _scratch = Scratch::claim("--workdir", &workdir)?;
     let mut cfg = noisy::Config::default_run(args.seed, workdir, gateway::exe()?);
     if args.quick {
         cfg = cfg.quick();
@@ -94,18 +103,18 @@ fn run_noisy(args: &NoisyArgs) -> anyhow::Result<()> {
 }
 
 fn run_gateway(args: &GatewayArgs) -> anyhow::Result<()> {
+    let workdir = args
+        .workdir
+        .clone()
+        .unwrap_or_else(gateway::default_workdir);
+    // Held to the end, whatever happens: what the run wrote goes with it, and nothing else.
+    let _scratch = Scratch::claim("--workdir", &workdir)?;
     let weed = match args.weed.as_deref() {
         Some("none") => None,
         Some(p) => Some(PathBuf::from(p)),
         None => sluice_bench::procs::find_weed(),
     };
-    let mut cfg = gateway::Config::full(
-        args.workdir
-            .clone()
-            .unwrap_or_else(gateway::default_workdir),
-        gateway::exe()?,
-        weed,
-    );
+    let mut cfg = gateway::Config::full(workdir, gateway::exe()?, weed);
     if args.quick {
         cfg = cfg.quick();
     }
@@ -163,4 +172,58 @@ pub fn calibrate(args: &CalibrateArgs) -> anyhow::Result<()> {
         c.toml()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory holding a file, as a mistyped `--workdir` might name.
+    fn occupied() -> (tempfile::TempDir, PathBuf) {
+        let root = tempfile::tempdir().expect("temp dir");
+        let dir = root.path().join("data");
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("meta.redb"), "catalog").expect("file");
+        (root, dir)
+    }
+
+    fn refused(err: &anyhow::Error, dir: &std::path::Path) {
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "--workdir {} is not empty: pick an empty or new directory; the benchmark \
+                 deletes what it writes there",
+                dir.display()
+            )
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.join("meta.redb")).expect("still there"),
+            "catalog"
+        );
+    }
+
+    #[test]
+    fn bench_gateway_refuses_a_workdir_that_holds_anything_and_leaves_it_intact() {
+        let (_root, dir) = occupied();
+        let args = GatewayArgs {
+            quick: true,
+            json: None,
+            weed: Some("none".to_owned()),
+            workdir: Some(dir.clone()),
+        };
+        refused(&run_gateway(&args).expect_err("refused"), &dir);
+    }
+
+    #[test]
+    fn bench_noisy_neighbor_refuses_a_workdir_that_holds_anything_and_leaves_it_intact() {
+        let (_root, dir) = occupied();
+        let args = NoisyArgs {
+            quick: true,
+            json: None,
+            svg: None,
+            seed: 1,
+            workdir: Some(dir.clone()),
+        };
+        refused(&run_noisy(&args).expect_err("refused"), &dir);
+    }
 }

@@ -8,7 +8,7 @@
 //! device's ceiling for it; and N concurrent PUTs of SIZE to a node agent (one in-process S3
 //! client, unsigned payload) until every one is acknowledged. The agent's drain runs meanwhile
 //! at `--drain-rate` to a gateway, as it would on a node; both run in this process, fresh for
-//! each agent measurement (under `--dir`), and are stopped as soon as the burst is
+//! each agent measurement (under `--dir`, which must be new or empty), and are stopped as soon as the burst is
 //! acknowledged, so that no drain competes with a later measurement. Before each
 //! measurement dirty pages are written back and, as root, the page cache is dropped: each
 //! starts with the disk idle, which is what a direct baseline measured right after another
@@ -35,7 +35,9 @@ use sluice_units::{ByteSize, Rate};
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
-    /// Working directory (its filesystem is the "local disk" measured); emptied first.
+    /// Working directory (its filesystem is the "local disk" measured): created if absent,
+    /// or an existing empty one. A directory that holds anything is refused (the benchmark
+    /// deletes what it writes there); after the run it is removed, or emptied if it was there.
     #[arg(long, default_value = "./data/bench")]
     pub dir: PathBuf,
     /// Concurrent objects in the burst.
@@ -306,11 +308,8 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
         args.objects > 0 && args.size.0 > 0 && args.rounds > 0,
         "nothing to do"
     );
-    if args.dir.exists() {
-        std::fs::remove_dir_all(&args.dir)
-            .with_context(|| format!("emptying {}", args.dir.display()))?;
-    }
-    std::fs::create_dir_all(&args.dir)?;
+    // Held to the end, whatever happens: what the run wrote goes with it, and nothing else.
+    let _scratch = sluice_bench::procs::Scratch::claim("--dir", &args.dir)?;
     let total = args.size.0 * args.objects as u64;
     let body = Arc::new(payload(args.size.0));
     println!(
@@ -518,4 +517,41 @@ async fn create_bucket(endpoint: &str, bucket: &str) -> anyhow::Result<()> {
         super::request(http::Method::PUT, &url, Some((KEY, SECRET)), "us-east-1").await?;
     anyhow::ensure!(status.is_success(), "CreateBucket: {status}: {body}");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(dir: PathBuf) -> AgentArgs {
+        AgentArgs {
+            dir,
+            objects: 1,
+            size: ByteSize(4096),
+            drain_rate: Rate(1_048_576.0),
+            rounds: 1,
+            json: None,
+        }
+    }
+
+    #[test]
+    fn a_dir_that_holds_an_agents_data_is_refused_and_left_intact() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let data = root.path().join("sluice");
+        std::fs::create_dir_all(data.join("agent/journal")).expect("dirs");
+        std::fs::write(data.join("agent/journal/0001"), "acknowledged").expect("file");
+        let err = agent(&args(data.clone())).expect_err("refused");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "--dir {} is not empty: pick an empty or new directory; the benchmark deletes \
+                 what it writes there",
+                data.display()
+            )
+        );
+        assert_eq!(
+            std::fs::read_to_string(data.join("agent/journal/0001")).expect("still there"),
+            "acknowledged"
+        );
+    }
 }
