@@ -606,8 +606,10 @@ fn paired_ratios(base: &[Vec<f64>], other: &[Vec<f64>]) -> Vec<f64> {
         .collect()
 }
 
+/// A new directory of this process's own, so a run killed before its cleanup never stands in
+/// the next one's way.
 pub fn default_workdir() -> PathBuf {
-    std::env::temp_dir().join("sluice-bench-gateway")
+    std::env::temp_dir().join(format!("sluice-bench-gateway-{}", std::process::id()))
 }
 
 pub fn exe() -> Result<PathBuf, BenchError> {

@@ -73,7 +73,7 @@ fn run_noisy(args: &NoisyArgs) -> anyhow::Result<()> {
     let workdir = args
         .workdir
         .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join("sluice-bench-noisy"));
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("sluice-bench-noisy-{}", std::process::id())));
     // Held to the end, whatever happens: what the run wrote goes with it, and nothing else.
     let _scratch = Scratch::claim("--workdir", &workdir)?;
     let mut cfg = noisy::Config::default_run(args.seed, workdir, gateway::exe()?);
