@@ -139,7 +139,7 @@ class Gateway:
             [sluice_bin(), "gateway", "--config", str(self.config_path)],
             stdout=log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info,s3s=warn")},
+            env=dict(os.environ),
         )
         wait_for_port(self.port, self.proc)
         return self
