@@ -120,7 +120,7 @@ impl S3Route for TenantStatusRoute {
         let status = snapshot(&self.drain, Some(tenant.to_string()))
             .await
             .map_err(|e| {
-                tracing::error!(error = %e, "status snapshot failed");
+                sluice_serve::request::fault(format_args!("status snapshot failed: {e}"));
                 s3s::s3_error!(InternalError, "internal error")
             })?;
         let json = serde_json::to_string_pretty(&status).unwrap_or_default();
