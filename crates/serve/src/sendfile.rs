@@ -1,6 +1,6 @@
 //! GET bodies sent from the page cache by the kernel (`sendfile`), never copied through ours:
-//! both ends of the placeholder contract live here. [`lane`] is the body's end (a response
-//! body queues a file stretch and carries a placeholder for it); [`socket`] is the
+//! both ends of the placeholder contract live here. [`SendfileLane`] is the body's end (a response
+//! body queues a file stretch and carries a placeholder for it); [`SendfileSocket`] is the
 //! connection's end (the writer under hyper that sends the stretch for the placeholder).
 
 mod lane;
