@@ -8,13 +8,13 @@
 //! then carries the journal to the gateway (`upstream`) with the tenant's own keys, paced
 //! per tenant ([`pacer`]), commit markers after their checkpoint, verified by checksum and
 //! HEAD before anything is marked durable; local copies are evicted only once durable.
-//! [`node`] merges local and upstream for reads; [`status`] reports.
+//! [`node`] is upstream as the front's tier, for the reads it merges; [`status`] reports.
 //!
 //! Start-up order: open the catalog (usage recomputed), reconcile it with the local blobs
 //! (orphans of interrupted writes deleted, exactly as on the gateway), open the journal,
 //! bind, then start the drain. A kill -9 at any point is safe: see the journal's crash model.
 //!
-//! The agent owns no S3 semantics of its own beyond the read merge: every operation is the
+//! The agent owns no S3 semantics of its own: every operation, the read merge included, is the
 //! gateway's code.
 
 pub mod drain;
@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 
 use crate::drain::Drain;
 use crate::journal::{Journal, JournalHook};
-use crate::node::NodeS3;
+use crate::node::SharedTier;
 use crate::server::{Listener, StatusRoutes};
 use crate::upstream::{Credentials, Upstream, UpstreamStore};
 
@@ -73,7 +73,7 @@ pub enum AgentError {
 
 /// An opened (reconciled, not yet serving) agent.
 pub struct Agent {
-    node: NodeS3,
+    node: Front,
     drain: Arc<Drain>,
     tenants: Arc<Tenants>,
     listen: String,
@@ -184,7 +184,11 @@ impl Agent {
             wake,
             &config.tenants,
         ));
-        let node = NodeS3::new(front, journal, upstream, Arc::clone(&drain));
+        let node = front.with_tier(Arc::new(SharedTier::new(
+            journal,
+            upstream,
+            Arc::clone(&drain),
+        )));
         let keys = config
             .tenants
             .iter()
