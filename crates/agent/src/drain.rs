@@ -6,7 +6,9 @@
 //! The worker scans the live ops in sequence order and starts those that
 //! [`journal::eligible`] allows (one op per key at a time; deletes after everything before
 //! them; markers after their checkpoint), at most [`PER_TENANT`] transfers per tenant and
-//! [`TOTAL`] overall. See the journal's module doc for the invariants and the crash model.
+//! [`TOTAL`] overall. A scan notes the keys in flight before it reads the journal, so an op
+//! whose transfer completes during the scan is not started a second time. See the journal's
+//! module doc for the invariants and the crash model.
 //!
 //! # Transfers and verification
 //!
@@ -36,7 +38,7 @@
 //! # The upstream
 //!
 //! The drain works through [`UpstreamStore`], so its tests run it against the in-memory twin
-//! behind a fault injector.
+//! behind a fault injector; `model` checks it and the journal against a reference model.
 //!
 //! # Cancellation
 //!
@@ -395,6 +397,11 @@ impl Drain {
     }
 
     async fn scan(self: &Arc<Self>, tasks: &mut JoinSet<()>) -> Result<(), DrainError> {
+        // The keys in flight, taken before the journal is read: a transfer completes its op in
+        // the journal before it leaves `busy`, so an op read below is either still busy here
+        // or still live. (Taken after, a transfer finishing during the read would leave its
+        // op in `ops` and its key out of `busy`, and the op would go up a second time.)
+        let busy_keys = lock(&self.busy).clone();
         let ops = self.blocking(Journal::pending).await?;
         let now = Instant::now();
         let wall = now_ms();
@@ -427,7 +434,6 @@ impl Drain {
                 }
             }
         }
-        let busy_keys = lock(&self.busy).clone();
         let busy =
             |op: &Op| busy_keys.contains(&(op.tenant.clone(), op.bucket.clone(), op.key.clone()));
         let ready: Vec<Op> = journal::eligible(&ops, &busy)
@@ -935,5 +941,7 @@ fn check_crc(op: &Op, expected: Option<Crc>, got: Crc) -> Result<(), DrainError>
     }
 }
 
+#[cfg(test)]
+mod model;
 #[cfg(test)]
 mod tests;

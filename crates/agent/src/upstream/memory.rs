@@ -56,6 +56,7 @@ struct Bucket {
 struct State {
     buckets: BTreeMap<(String, String), Bucket>,
     next_upload: u64,
+    completed_uploads: usize,
     events: Vec<Event>,
 }
 
@@ -123,6 +124,11 @@ impl InMemoryUpstream {
             .get(&(tenant.to_owned(), bucket.to_owned()))
             .map(|b| b.objects.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// Multipart uploads completed.
+    pub fn completed_uploads(&self) -> usize {
+        self.state().completed_uploads
     }
 
     /// Multipart uploads neither completed nor aborted.
@@ -295,6 +301,7 @@ impl UpstreamStore for InMemoryUpstream {
         }
         let etag = format!("{}-{}", sluice_s3::blob::hex(&md5.finalize()), etags.len());
         s.bucket(tenant, bucket)?.uploads.remove(upload_id);
+        s.completed_uploads += 1;
         s.set(
             tenant,
             bucket,
