@@ -1,7 +1,8 @@
 //! One suite for every [`UpstreamStore`]: [`UpstreamStore`]'s contract, checked on the
 //! in-memory twin the drain's model test relies on and on [`Upstream`] against the gateway's
 //! own S3 front end (`sluice_s3::Front` over a catalog and in-memory blobs, served on
-//! loopback), so the twin cannot drift from what the drain meets in production.
+//! loopback, signing for a region that is not the default), so the twin cannot drift from
+//! what the drain meets in production.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -155,43 +156,86 @@ async fn the_in_memory_twin_keeps_the_upstream_contract() {
     suite(&InMemoryUpstream::new()).await;
 }
 
-#[tokio::test]
-async fn upstream_against_the_gateway_front_end_keeps_the_upstream_contract() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (catalog, _) = Catalog::open(&dir.path().join("meta.redb")).expect("catalog");
-    catalog.ledger().set_quota(T, 1 << 30);
-    catalog.ledger().set_max_buckets(T, 100);
-    let blobs = BlobStore::new(
-        Arc::new(InMemory::new()),
-        sluice_s3::blob::DEFAULT_GRAIN,
-        sluice_s3::blob::DEFAULT_GRAIN,
-    );
-    let config = FrontConfig {
-        region: "us-east-1".into(),
-        max_object_size: 1 << 30,
-    };
-    let front = Front::new(Arc::new(catalog), Arc::new(blobs), config);
-    let tenants = Arc::new(Tenants::new(vec![TenantKey {
-        tenant: Arc::from(T),
-        access_key: "AKTENANT".into(),
-        secret_key: "tenant-secret".into(),
-    }]));
-    let (listener, addr) = server::bind("127.0.0.1:0").await.expect("bind");
-    let (stop, stopped) = watch::channel(false);
-    let served = tokio::spawn(server::serve(
-        listener,
-        Listener::S3(sluice_s3::service(front, &tenants)),
-        stopped,
-    ));
-    let creds = HashMap::from([(
-        T.to_owned(),
-        Credentials {
+/// The gateway's S3 front end on loopback, with `quota` bytes for the tenant, and an
+/// [`Upstream`] signed with the tenant's keys.
+struct Gateway {
+    _dir: tempfile::TempDir,
+    stop: watch::Sender<bool>,
+    served: tokio::task::JoinHandle<()>,
+    upstream: Upstream,
+}
+
+impl Gateway {
+    async fn start(quota: u64) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (catalog, _) = Catalog::open(&dir.path().join("meta.redb")).expect("catalog");
+        catalog.ledger().set_quota(T, quota);
+        catalog.ledger().set_max_buckets(T, 100);
+        let blobs = BlobStore::new(
+            Arc::new(InMemory::new()),
+            sluice_s3::blob::DEFAULT_GRAIN,
+            sluice_s3::blob::DEFAULT_GRAIN,
+        );
+        let config = FrontConfig {
+            region: "eu-west-3".into(),
+            max_object_size: 1 << 30,
+        };
+        let front = Front::new(Arc::new(catalog), Arc::new(blobs), config);
+        let tenants = Arc::new(Tenants::new(vec![TenantKey {
+            tenant: Arc::from(T),
             access_key: "AKTENANT".into(),
             secret_key: "tenant-secret".into(),
-        },
-    )]);
-    let upstream = Upstream::new(&format!("http://{addr}"), "us-east-1", creds).expect("client");
-    suite(&upstream).await;
-    let _ = stop.send(true);
-    served.await.expect("server");
+        }]));
+        let (listener, addr) = server::bind("127.0.0.1:0").await.expect("bind");
+        let (stop, stopped) = watch::channel(false);
+        let served = tokio::spawn(server::serve(
+            listener,
+            Listener::S3(sluice_s3::service(front, &tenants)),
+            stopped,
+        ));
+        let creds = HashMap::from([(
+            T.to_owned(),
+            Credentials {
+                access_key: "AKTENANT".into(),
+                secret_key: "tenant-secret".into(),
+            },
+        )]);
+        let upstream =
+            Upstream::new(&format!("http://{addr}"), "eu-west-3", creds).expect("client");
+        Self {
+            _dir: dir,
+            stop,
+            served,
+            upstream,
+        }
+    }
+
+    async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.served.await.expect("server");
+    }
+}
+
+#[tokio::test]
+async fn upstream_against_the_gateway_front_end_keeps_the_upstream_contract() {
+    let gateway = Gateway::start(1 << 30).await;
+    suite(&gateway.upstream).await;
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn the_gateway_refusing_a_put_past_the_quota_is_a_permanent_quota_exceeded() {
+    let gateway = Gateway::start(1000).await;
+    let u = &gateway.upstream;
+    u.create_bucket(T, "full").await.expect("create");
+    let refused = put(u, "full", "k", &[1u8; 4000]).await;
+    match refused {
+        Err(UpstreamError::Refused {
+            status: 403,
+            ref message,
+        }) if message.starts_with("QuotaExceeded") => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(refused.is_err_and(|e| e.is_permanent()));
+    gateway.stop().await;
 }
