@@ -142,7 +142,9 @@ impl HttpService for StatusService {
 }
 
 /// One [`StatusService`] shared by every store of an [`Upstream`](super::Upstream) (one
-/// connection pool), handed to `object_store` as its connector.
+/// connection pool), handed to `object_store` as its connector: built once with the client
+/// options every store is given, it hands out that one client whatever options `connect`
+/// receives.
 #[derive(Debug, Clone)]
 pub struct StatusClient(HttpClient);
 
