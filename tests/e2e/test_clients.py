@@ -1,6 +1,6 @@
 """The S3 clients people already use, run as they are run, against the gateway and against
 the node agent: the AWS CLI, boto3's transfer manager, rclone, s5cmd and fsspec/s3fs. Each is
-configured only as the README's "Pointing clients at sluice" says (endpoint, keys, region
+configured only as docs/clients.md says (endpoint, keys, region
 us-east-1, path-style addressing, SigV4), and every transfer is compared byte for byte."""
 
 import hashlib
@@ -188,7 +188,7 @@ def test_aws_cli_uploads_after_an_empty_file_without_stalling(endpoint, bucket, 
 
 def test_aws_cli_default_presign_is_sigv2_and_refused(endpoint, bucket, s3, tmp_path):
     """Sluice accepts SigV4 only: the AWS CLI v1's default presigned URL (SigV2) is refused
-    with a message that says so; the README says how to configure s3v4."""
+    with a message that says so; docs/clients.md says how to configure s3v4."""
     exe = require_bin("aws", "awscli")
     s3.put_object(Bucket=bucket, Key="p", Body=b"x")
     env = {**os.environ, "AWS_ACCESS_KEY_ID": ALICE.access_key,

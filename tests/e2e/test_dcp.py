@@ -22,7 +22,7 @@ def tiers(tmp_path):
 
 
 def storage_options(endpoint: str) -> dict:
-    """What DCP's fsspec writer and reader pass to s3fs: the README's settings."""
+    """What DCP's fsspec writer and reader pass to s3fs: the settings in docs/clients.md."""
     return {
         "key": ALICE.access_key,
         "secret": ALICE.secret_key,

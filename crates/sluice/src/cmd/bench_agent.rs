@@ -18,7 +18,7 @@
 //! ratio agent / `O_DIRECT` (how far the agent is from the device's ceiling for the way it
 //! writes). The fastest rounds compare each kind in the memory state that suits it best: on
 //! a virtual machine the buffered baseline's time follows the host's memory more than the
-//! disk (README). `--json` writes every measurement and the ratios.
+//! disk. `--json` writes every measurement and the ratios.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
