@@ -78,7 +78,10 @@ fn known_vectors() -> Vec<(Vec<u8>, &'static str)> {
         (b"".to_vec(), "d41d8cd98f00b204e9800998ecf8427e"),
         (b"a".to_vec(), "0cc175b9c0f1b6a831c399e269772661"),
         (b"abc".to_vec(), "900150983cd24fb0d6963f7d28e17f72"),
-        (b"message digest".to_vec(), "f96b697d7cb7938d525a2f31aaf161d0"),
+        (
+            b"message digest".to_vec(),
+            "f96b697d7cb7938d525a2f31aaf161d0",
+        ),
         (
             b"abcdefghijklmnopqrstuvwxyz".to_vec(),
             "c3fcd3d76192e4007dfb496cca67e13b",
@@ -218,7 +221,10 @@ fn the_environment_switch_forces_the_portable_kernel() {
     let forced = |v: &str| Kernel::choose(Some(OsStr::new(v)), true);
     assert_eq!(forced("1"), Kernel::Portable);
     assert_eq!(forced("yes"), Kernel::Portable);
-    assert_eq!(Kernel::choose(Some(OsStr::new("1")), false), Kernel::Portable);
+    assert_eq!(
+        Kernel::choose(Some(OsStr::new("1")), false),
+        Kernel::Portable
+    );
     #[cfg(target_arch = "x86_64")]
     {
         assert_eq!(forced("0"), Kernel::Lanes, "0 forces nothing");

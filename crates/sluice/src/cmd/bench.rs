@@ -70,10 +70,9 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
 
 fn run_noisy(args: &NoisyArgs) -> anyhow::Result<()> {
     use sluice_bench::noisy;
-    let workdir = args
-        .workdir
-        .clone()
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("sluice-bench-noisy-{}", std::process::id())));
+    let workdir = args.workdir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("sluice-bench-noisy-{}", std::process::id()))
+    });
     // Held to the end, whatever happens: what the run wrote goes with it, and nothing else.
     let _scratch = Scratch::claim("--workdir", &workdir)?;
     let mut cfg = noisy::Config::default_run(args.seed, workdir, gateway::exe()?);
