@@ -405,6 +405,7 @@ def test_status_on_its_own_listener_and_through_the_cli(tmp_path, tier):
         metrics = agent.cli_status("--metrics")
         assert 'sluice_agent_local_bytes{tenant="alice"} 1000' in metrics
         assert "# TYPE sluice_agent_drained_bytes_total counter" in metrics
+        assert "# TYPE sluice_sendfile_bytes_total counter" in metrics
         with urllib.request.urlopen(f"http://127.0.0.1:{agent.status_port}/metrics", timeout=10) as r:
             assert r.read().decode().startswith("# HELP")
         with urllib.request.urlopen(f"http://127.0.0.1:{agent.status_port}/status", timeout=10) as r:

@@ -57,7 +57,7 @@ impl StatusRoutes {
             Ok(s) if metrics => plain(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                status::prometheus(&s),
+                status::prometheus(&s) + &sluice_serve::sendfile::render_metrics(),
             ),
             Ok(s) => plain(
                 StatusCode::OK,
