@@ -207,6 +207,8 @@ pub struct TenantDrain {
     in_flight: usize,
     backoff_until: Option<Instant>,
     failures: u32,
+    /// When `last_error` was recorded: only a transfer that began after it clears it.
+    failed_at: Option<Instant>,
     window: VecDeque<(Instant, u64)>,
     pub target_rate: f64,
     pub drained_bytes_total: u64,
@@ -234,6 +236,7 @@ impl TenantDrain {
             in_flight: 0,
             backoff_until: None,
             failures: 0,
+            failed_at: None,
             window: VecDeque::new(),
             target_rate: rate,
             drained_bytes_total: 0,
@@ -242,6 +245,43 @@ impl TenantDrain {
             evicted_bytes_total: 0,
             last_error: None,
         }
+    }
+
+    /// A transfer that began at `started` succeeded. It clears the tenant's error and backoff
+    /// only if it began after that error: a transfer already under way when another failed
+    /// says nothing of the failure (an upload refused for quota stays refused while the ones
+    /// sent before the quota ran out complete).
+    fn succeeded(&mut self, started: Instant) {
+        if self.failed_at.is_none_or(|at| started >= at) {
+            self.failures = 0;
+            self.backoff_until = None;
+            self.last_error = None;
+            self.failed_at = None;
+        }
+        self.drained_objects_total += 1;
+    }
+
+    /// A transfer failed at `now` with `error`: backs the tenant off exponentially (slowly for
+    /// a refusal), scaled by `jitter` (in 0.5..1). Returns how long until the next attempt and
+    /// whether the error differs from the last one (what is worth a log line).
+    fn failed(&mut self, now: Instant, jitter: f64, error: ErrorInfo) -> (Duration, bool) {
+        self.failures = self.failures.saturating_add(1);
+        self.errors_total += 1;
+        let cap = if error.permanent {
+            PERMANENT_BACKOFF
+        } else {
+            MAX_BACKOFF
+        };
+        let exp = Duration::from_millis(100).saturating_mul(1 << self.failures.min(10));
+        let retry_in = exp.min(cap).mul_f64(jitter);
+        self.backoff_until = Some(now + retry_in);
+        self.failed_at = Some(now);
+        let changed = self
+            .last_error
+            .as_ref()
+            .is_none_or(|l| l.message != error.message);
+        self.last_error = Some(error);
+        (retry_in, changed)
     }
 
     /// Bytes per second drained over the last `RATE_WINDOW` (10 s).
@@ -499,37 +539,24 @@ impl Drain {
         t.in_flight = t.in_flight.saturating_sub(1);
         match result {
             Ok(Outcome::Done { bytes }) => {
-                t.failures = 0;
-                t.backoff_until = None;
-                t.last_error = None;
-                t.drained_objects_total += 1;
+                t.succeeded(started);
                 let _ = bytes;
                 tracing::debug!(tenant = op.tenant, key = op.key, seq = op.seq, took = ?started.elapsed(), "durable upstream");
             }
             Ok(Outcome::Superseded) => {}
             Err(e) => {
-                let permanent = e.permanent();
-                t.failures = t.failures.saturating_add(1);
-                t.errors_total += 1;
-                let cap = if permanent {
-                    PERMANENT_BACKOFF
-                } else {
-                    MAX_BACKOFF
-                };
-                let exp = Duration::from_millis(100).saturating_mul(1 << t.failures.min(10));
-                let base = exp.min(cap);
                 let jitter: f64 = lock(&self.jitter).random::<f64>() * 0.5 + 0.5;
-                let retry_in = base.mul_f64(jitter);
-                t.backoff_until = Some(Instant::now() + retry_in);
-                let message = e.to_string();
-                let changed = t.last_error.as_ref().is_none_or(|l| l.message != message);
+                let (retry_in, changed) = t.failed(
+                    Instant::now(),
+                    jitter,
+                    ErrorInfo {
+                        message: e.to_string(),
+                        permanent: e.permanent(),
+                        at_ms: now_ms(),
+                        key: format!("{}/{}", op.bucket, op.key),
+                    },
+                );
                 log_failure(&op, &e, changed, retry_in);
-                t.last_error = Some(ErrorInfo {
-                    message,
-                    permanent,
-                    at_ms: now_ms(),
-                    key: format!("{}/{}", op.bucket, op.key),
-                });
             }
         }
         drop(tenants);

@@ -103,3 +103,55 @@ async fn a_superseded_inline_op_is_skipped_and_a_lost_inline_body_is_an_error() 
         .expect_err("lost");
     assert!(matches!(err, DrainError::Local { .. }), "{err}");
 }
+
+/// A refusal stayed on status only until a neighbour's upload, sent before the quota ran out,
+/// completed: `sluice_agent_upstream_refused` read 0 while the refused upload waited for its
+/// retry (seen in e2e `test_an_upstream_refusal_is_reported_and_nothing_is_dropped`).
+#[test]
+fn only_a_transfer_begun_after_a_failure_clears_it() {
+    let tenant = sluice_config::Tenant {
+        id: "t".into(),
+        access_key: "AKT".into(),
+        secret_key: "secret".into(),
+        capacity: u64::MAX,
+        max_objects: u64::MAX,
+        max_buckets: 10,
+        qos: sluice_config::Qos {
+            reservation: 0.0,
+            weight: 1.0,
+            limit: None,
+        },
+        local: sluice_config::LocalSpec {
+            local_capacity: 1 << 30,
+            drain_rate: None,
+            interval: None,
+            retention: sluice_config::Retention::Checkpoints(2),
+            commit_markers: Vec::new(),
+        },
+    };
+    let t0 = Instant::now();
+    let mut t = TenantDrain::new(&tenant, t0);
+    let refused = ErrorInfo {
+        message: "QuotaExceeded (403)".into(),
+        permanent: true,
+        at_ms: 0,
+        key: "b/k9".into(),
+    };
+    let (retry_in, changed) = t.failed(t0 + Duration::from_secs(1), 1.0, refused.clone());
+    assert!(changed);
+    assert_eq!(retry_in, Duration::from_millis(200));
+    // A neighbour begun before the refusal completes: the refusal stands, and so does its
+    // backoff.
+    t.succeeded(t0);
+    assert!(t.last_error.as_ref().is_some_and(|e| e.permanent));
+    assert!(t.backoff_until.is_some());
+    assert_eq!(t.drained_objects_total, 1);
+    // The same refusal again is no news; the backoff grows.
+    let (again, changed) = t.failed(t0 + Duration::from_secs(2), 1.0, refused);
+    assert!(!changed);
+    assert_eq!(again, Duration::from_millis(400));
+    // A transfer begun after it succeeds: the tenant drains again.
+    t.succeeded(t0 + Duration::from_secs(3));
+    assert!(t.last_error.is_none() && t.backoff_until.is_none() && t.failures == 0);
+    assert_eq!(t.drained_objects_total, 2);
+}
