@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::keys;
-use crate::record::{decode_object, decode_object_with_body, encode_object, to_json};
+use crate::record::{Precondition, decode_object, decode_object_with_body, encode_object, to_json};
 use crate::{
     Change, CommitHook, Ledger, MetaError, ObjectRecord, PartRecord, Reservation, Result, Segment,
     UploadRecord,
@@ -480,12 +480,39 @@ impl Catalog {
         body: Option<&[u8]>,
         reservation: Reservation,
     ) -> Result<Option<ObjectRecord>> {
+        self.put_object_if(
+            tenant,
+            bucket,
+            key,
+            rec,
+            body,
+            reservation,
+            &Precondition::None,
+        )
+    }
+
+    /// [`Catalog::put_object`] if the object at `key` satisfies `cond`, decided in the write
+    /// transaction that replaces it: writers are serial, so of concurrent create-only puts of
+    /// one key exactly one succeeds. On [`MetaError::PreconditionFailed`] nothing changed and
+    /// the reservation is released; the caller deletes `rec`'s blobs as after any failure.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_object_if(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        rec: &ObjectRecord,
+        body: Option<&[u8]>,
+        reservation: Reservation,
+        cond: &Precondition,
+    ) -> Result<Option<ObjectRecord>> {
         let value = encode_object(rec, body)?;
         let txn = self.begin()?;
         let (old, slot) = {
             require_bucket(&txn, tenant, bucket)?;
             let mut t = txn.open_table(OBJECTS)?;
             let k = keys::entry(tenant, bucket, key);
+            cond.check_at(&t, &k)?;
             let old = t
                 .insert(k.as_slice(), value.as_slice())?
                 .map(|v| decode_object(v.value()))
@@ -711,6 +738,31 @@ impl Catalog {
         parts: &[PartSpec],
         now_ms: i64,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
+        self.complete_upload_if(
+            tenant,
+            bucket,
+            upload_id,
+            key,
+            parts,
+            now_ms,
+            &Precondition::None,
+        )
+    }
+
+    /// [`Catalog::complete_upload`] if the object at `key` satisfies `cond`, decided in the
+    /// transaction that completes it. On [`MetaError::PreconditionFailed`] nothing changed:
+    /// the upload stays in progress (S3 lets the client retry or abort it).
+    #[allow(clippy::too_many_arguments)]
+    pub fn complete_upload_if(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+        parts: &[PartSpec],
+        now_ms: i64,
+        cond: &Precondition,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
         let txn = self.begin()?;
         let (object, replaced, unused, freed) = {
             require_bucket(&txn, tenant, bucket)?;
@@ -726,10 +778,11 @@ impl Catalog {
             }
             let object = assemble(&mut upload, parts, now_ms)?;
             let value = encode_object(&object, None)?;
+            let mut objects = txn.open_table(OBJECTS)?;
+            cond.check_at(&objects, &keys::entry(tenant, bucket, key))?;
             uploads.remove(uk.as_slice())?;
             let unused: Vec<PartRecord> = std::mem::take(&mut upload.parts).into_values().collect();
             let unused_bytes: u64 = unused.iter().map(|p| p.size).sum();
-            let mut objects = txn.open_table(OBJECTS)?;
             let replaced = objects
                 .insert(
                     keys::entry(tenant, bucket, key).as_slice(),

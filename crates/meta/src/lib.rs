@@ -43,7 +43,7 @@ mod record;
 pub use catalog::{Catalog, Entry, ListPage, ListQuery, PartSpec, ReconcileReport};
 pub use hook::{Change, CommitHook};
 pub use ledger::{Ledger, Reservation};
-pub use record::{ObjectRecord, PartRecord, Segment, UploadRecord};
+pub use record::{ObjectRecord, PartRecord, Precondition, Segment, UploadRecord};
 pub use redb;
 
 /// Why a metadata operation failed.
@@ -78,6 +78,9 @@ pub enum MetaError {
     TooManyBuckets { max: u64 },
     #[error("unknown tenant")]
     UnknownTenant,
+    /// A conditional write whose condition the object at its key does not meet.
+    #[error("at least one of the preconditions you specified did not hold")]
+    PreconditionFailed,
     #[error("metadata store: {0}")]
     Storage(#[from] redb::Error),
     #[error("corrupt metadata record: {0}")]

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 
+use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
 use crate::{MetaError, Result};
@@ -161,5 +162,52 @@ pub struct UploadRecord {
 impl UploadRecord {
     pub fn bytes(&self) -> u64 {
         self.parts.values().map(|p| p.size).sum()
+    }
+}
+
+/// What a conditional write requires of the object it replaces (S3's `If-None-Match: *` and
+/// `If-Match` on PutObject, CompleteMultipartUpload and CopyObject), checked by the catalog
+/// in the write transaction that commits the new object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Precondition {
+    /// Unconditional.
+    #[default]
+    None,
+    /// Create-only: no object may be at the key.
+    IfAbsent,
+    /// Compare-and-swap: an object must be at the key, with this ETag (without quotes).
+    IfEtag(String),
+}
+
+impl Precondition {
+    /// Checks the condition against the object now at `key` in `objects` (read only when
+    /// there is a condition).
+    pub(crate) fn check_at(
+        &self,
+        objects: &redb::Table<'_, &[u8], &[u8]>,
+        key: &[u8],
+    ) -> Result<()> {
+        if *self == Self::None {
+            return Ok(());
+        }
+        let current = objects
+            .get(key)?
+            .map(|v| decode_object(v.value()))
+            .transpose()?;
+        self.check(current.as_ref())
+    }
+
+    /// `Ok` when `current` (the object now at the key) satisfies the condition.
+    pub(crate) fn check(&self, current: Option<&ObjectRecord>) -> Result<()> {
+        let holds = match self {
+            Self::None => true,
+            Self::IfAbsent => current.is_none(),
+            Self::IfEtag(etag) => current.is_some_and(|c| c.etag == *etag),
+        };
+        if holds {
+            Ok(())
+        } else {
+            Err(MetaError::PreconditionFailed)
+        }
     }
 }

@@ -55,6 +55,16 @@ pub enum ApiError {
     InvalidRequest(String),
     #[error("{0} is not implemented")]
     NotImplemented(&'static str),
+    /// A conditional request (`If-Match`, `If-Unmodified-Since`) the object does not meet.
+    #[error("At least one of the pre-conditions you specified did not hold")]
+    PreconditionFailed,
+    /// A conditional GET or HEAD (`If-None-Match`, `If-Modified-Since`) of an object the
+    /// client already has: 304, no body, with the object's validators.
+    #[error("Not Modified")]
+    NotModified {
+        etag: String,
+        last_modified: s3s::dto::Timestamp,
+    },
     #[error("access denied")]
     AccessDenied,
     #[error("{0}")]
@@ -129,6 +139,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 quota_exceeded(msg)
             }
             MetaError::UnknownTenant => with(C::AccessDenied, "access denied"),
+            MetaError::PreconditionFailed => with(C::PreconditionFailed, msg),
             MetaError::Storage(_) | MetaError::Corrupt(_) | MetaError::Inconsistent(_) => {
                 internal(&msg)
             }
@@ -173,6 +184,11 @@ pub fn to_s3(e: ApiError) -> S3Error {
         ApiError::InvalidArgument(_) => with(C::InvalidArgument, msg),
         ApiError::InvalidRequest(_) => with(C::InvalidRequest, msg),
         ApiError::NotImplemented(_) => with(C::NotImplemented, msg),
+        ApiError::PreconditionFailed => with(C::PreconditionFailed, msg),
+        ApiError::NotModified {
+            etag,
+            last_modified,
+        } => not_modified(&etag, &last_modified),
         ApiError::AccessDenied => with(C::AccessDenied, msg),
         ApiError::SlowDown(t) => {
             let mut err = with(C::SlowDown, msg);
@@ -200,6 +216,26 @@ pub fn to_s3(e: ApiError) -> S3Error {
         }
         ApiError::Internal(_) => internal(&msg),
     }
+}
+
+/// 304 carries the validators a 200 would and no body (hyper sends none for a 304; the
+/// headers set here replace the error document's).
+fn not_modified(etag: &str, last_modified: &s3s::dto::Timestamp) -> S3Error {
+    let mut err = S3Error::new(S3ErrorCode::NotModified);
+    let mut headers = http::HeaderMap::new();
+    if let Ok(v) = http::HeaderValue::try_from(format!("\"{etag}\"")) {
+        headers.insert(http::header::ETAG, v);
+    }
+    let mut date = Vec::new();
+    if last_modified
+        .format(s3s::dto::TimestampFormat::HttpDate, &mut date)
+        .is_ok()
+        && let Ok(v) = http::HeaderValue::try_from(date)
+    {
+        headers.insert(http::header::LAST_MODIFIED, v);
+    }
+    err.set_headers(headers);
+    err
 }
 
 /// 403, not retried: more space does not appear by waiting (as in Ceph RGW).

@@ -661,3 +661,111 @@ fn a_tenant_owns_at_most_its_maximum_of_buckets() {
     c.create_bucket("a", "three", 1).expect("room again");
     assert_eq!(c.list_buckets("a").expect("list").len(), 2);
 }
+
+fn put_if(c: &Catalog, key: &str, rec: &ObjectRecord, cond: &Precondition) -> Result<()> {
+    let r = c.ledger().reserve("a", rec.size).expect("reserve");
+    c.put_object_if("a", "bkt", key, rec, None, r, cond)
+        .map(drop)
+}
+
+#[test]
+fn create_only_puts_racing_for_one_key_have_exactly_one_winner() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    let c = std::sync::Arc::new(c);
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(16));
+    let threads: Vec<_> = (0..16)
+        .map(|i| {
+            let (c, barrier) = (c.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let rec = obj(10 + i, &format!("blob{i}"));
+                barrier.wait();
+                put_if(&c, "k", &rec, &Precondition::IfAbsent).map(|()| i)
+            })
+        })
+        .collect();
+    let results: Vec<_> = threads
+        .into_iter()
+        .map(|t| t.join().expect("thread"))
+        .collect();
+    let winners: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().copied())
+        .collect();
+    assert_eq!(winners.len(), 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .filter(|r| r.is_err())
+            .all(|r| matches!(r, Err(MetaError::PreconditionFailed)))
+    );
+    let stored = c.get_object("a", "bkt", "k").expect("get").expect("object");
+    assert_eq!(stored.segments[0].blob, format!("blob{}", winners[0]));
+    // Only the winner's bytes are used; every loser's reservation was released.
+    assert_eq!(c.ledger().usage("a"), Some((10 + winners[0], 0, 1 << 30)));
+}
+
+#[test]
+fn compare_and_swap_replaces_only_the_named_etag() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    let cas = |etag: &str| Precondition::IfEtag(etag.into());
+    let first = obj(3, "one");
+    assert!(matches!(
+        put_if(&c, "k", &first, &cas(&first.etag)),
+        Err(MetaError::PreconditionFailed)
+    ));
+    put_if(&c, "k", &first, &Precondition::IfAbsent).expect("create");
+    let second = ObjectRecord {
+        etag: "0123456789abcdef0123456789abcdef".into(),
+        ..obj(5, "two")
+    };
+    assert!(matches!(
+        put_if(&c, "k", &second, &cas(&second.etag)),
+        Err(MetaError::PreconditionFailed)
+    ));
+    assert_eq!(c.ledger().usage("a").map(|u| (u.0, u.1)), Some((3, 0)));
+    put_if(&c, "k", &second, &cas(&first.etag)).expect("swap");
+    let now = c.get_object("a", "bkt", "k").expect("get").expect("object");
+    assert_eq!(now.etag, second.etag);
+    assert_eq!(c.ledger().usage("a").map(|u| (u.0, u.1)), Some((5, 0)));
+}
+
+#[test]
+fn a_failed_condition_leaves_a_multipart_upload_to_complete_later() {
+    let (_d, c) = open();
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put(&c, "a", "k", 2);
+    let up = UploadRecord {
+        key: "k".into(),
+        ..UploadRecord::default()
+    };
+    c.create_upload("a", "bkt", "u", &up).expect("upload");
+    let r = c.ledger().reserve("a", 4).expect("reserve");
+    let part = PartRecord {
+        blob: "p".into(),
+        size: 4,
+        etag: "00".into(),
+        last_modified_ms: 0,
+    };
+    c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
+    let spec = [PartSpec {
+        number: 1,
+        etag: "\"00\"".into(),
+    }];
+    assert!(matches!(
+        c.complete_upload_if("a", "bkt", "u", "k", &spec, 9, &Precondition::IfAbsent),
+        Err(MetaError::PreconditionFailed)
+    ));
+    assert!(c.get_upload("a", "bkt", "u", "k").is_ok());
+    let etag = c
+        .get_object("a", "bkt", "k")
+        .expect("get")
+        .expect("obj")
+        .etag;
+    let (done, replaced, _) = c
+        .complete_upload_if("a", "bkt", "u", "k", &spec, 9, &Precondition::IfEtag(etag))
+        .expect("complete");
+    assert_eq!(done.size, 4);
+    assert_eq!(replaced.map(|o| o.size), Some(2));
+}
