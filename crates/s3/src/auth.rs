@@ -74,6 +74,17 @@ impl S3Auth for TenantAuth {
     }
 }
 
+/// The bucket-name check s3s runs while it parses a path: anything non-empty passes, so that
+/// [`TenantAccess`] checks the name ([`name::check_bucket`]) and the client is told which
+/// rule it broke (s3s's own check refuses with a bare `InvalidBucketName`).
+pub struct DeferredNameCheck;
+
+impl s3s::validation::NameValidation for DeferredNameCheck {
+    fn validate_bucket_name(&self, name: &str) -> bool {
+        !name.is_empty()
+    }
+}
+
 /// Authorization: authenticated SigV4 callers only, names validated, tenant attached.
 pub struct TenantAccess(pub Arc<Tenants>);
 

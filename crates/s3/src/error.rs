@@ -166,7 +166,7 @@ pub fn to_s3(e: ApiError) -> S3Error {
             }
         },
         ApiError::Name(n) => match n {
-            NameError::Bucket => with(C::InvalidBucketName, msg),
+            NameError::Bucket(_) => with(C::InvalidBucketName, msg),
             NameError::KeyTooLong => with(C::KeyTooLongError, msg),
             NameError::EmptyKey | NameError::ControlCharacter | NameError::DotOrEmptySegment => {
                 with(C::Custom("InvalidObjectName".into()), msg).status(400)

@@ -60,6 +60,7 @@ fn builder<S: s3s::S3>(s3: S, tenants: &Arc<Tenants>) -> S3ServiceBuilder {
     let mut b = S3ServiceBuilder::new(s3);
     b.set_auth(TenantAuth(Arc::clone(tenants)));
     b.set_access(TenantAccess(Arc::clone(tenants)));
+    b.set_validation(auth::DeferredNameCheck);
     let mut config = S3Config::default();
     // Clock skew allowed on signed requests and presigned URLs (replay window), as AWS.
     config.presigned_url_max_skew_time_secs = 15 * 60;

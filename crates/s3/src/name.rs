@@ -11,10 +11,8 @@ pub const MAX_KEY_BYTES: usize = 1024;
 /// Why a name was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum NameError {
-    #[error(
-        "bucket name must be 3 to 63 characters of a-z, 0-9, '.' and '-', starting and ending with a letter or digit"
-    )]
-    Bucket,
+    #[error("{0}")]
+    Bucket(BucketRule),
     #[error("object key is empty")]
     EmptyKey,
     #[error("object key is longer than {MAX_KEY_BYTES} bytes")]
@@ -25,17 +23,40 @@ pub enum NameError {
     DotOrEmptySegment,
 }
 
+/// The bucket-naming rule a name broke, stated in S3's words (the client is told which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BucketRule {
+    #[error("Bucket names must be between 3 (min) and 63 (max) characters long.")]
+    Length,
+    #[error(
+        "Bucket names can consist only of lowercase letters, numbers, periods (.), and hyphens (-)."
+    )]
+    Characters,
+    #[error("Bucket names must begin and end with a letter or number.")]
+    Edges,
+    #[error("Bucket names must not contain two adjacent periods, or a period next to a hyphen.")]
+    AdjacentPeriods,
+}
+
+/// S3's general-purpose bucket naming rules, checked in the order S3's documentation lists
+/// them; the first one broken is the one reported.
 pub fn check_bucket(name: &str) -> Result<(), NameError> {
     let b = name.as_bytes();
-    let ok = (3..=63).contains(&b.len())
-        && b.iter()
-            .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-')
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && !name.contains("..")
-        && !name.contains(".-")
-        && !name.contains("-.");
-    if ok { Ok(()) } else { Err(NameError::Bucket) }
+    let rule = if !(3..=63).contains(&b.len()) {
+        Some(BucketRule::Length)
+    } else if !b
+        .iter()
+        .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'.' || c == b'-')
+    {
+        Some(BucketRule::Characters)
+    } else if !b[0].is_ascii_alphanumeric() || !b[b.len() - 1].is_ascii_alphanumeric() {
+        Some(BucketRule::Edges)
+    } else if name.contains("..") || name.contains(".-") || name.contains("-.") {
+        Some(BucketRule::AdjacentPeriods)
+    } else {
+        None
+    };
+    rule.map_or(Ok(()), |r| Err(NameError::Bucket(r)))
 }
 
 pub fn check_key(key: &str) -> Result<(), NameError> {
@@ -136,17 +157,19 @@ mod tests {
         for ok in ["ckpt", "my-bucket.2", "abc"] {
             assert_eq!(check_bucket(ok), Ok(()), "{ok}");
         }
-        for bad in [
-            "ab",
-            "UPPER",
-            "-lead",
-            "trail-",
-            "a..b",
-            "a_b",
-            "../x",
-            &"x".repeat(64),
+        for (bad, rule) in [
+            ("ab", BucketRule::Length),
+            (&"x".repeat(64), BucketRule::Length),
+            ("UPPER", BucketRule::Characters),
+            ("a_b", BucketRule::Characters),
+            ("-lead", BucketRule::Edges),
+            ("trail-", BucketRule::Edges),
+            ("../x", BucketRule::Characters),
+            (".lead", BucketRule::Edges),
+            ("a..b", BucketRule::AdjacentPeriods),
+            ("a.-b", BucketRule::AdjacentPeriods),
         ] {
-            assert_eq!(check_bucket(bad), Err(NameError::Bucket), "{bad}");
+            assert_eq!(check_bucket(bad), Err(NameError::Bucket(rule)), "{bad}");
         }
     }
 }

@@ -22,6 +22,11 @@
 //! A request whose header section is over the service's limit is answered
 //! `RequestHeaderSectionTooLarge` (400) before it is authenticated or its body read, and its
 //! connection closed. S3 itself allows 8 KiB.
+//!
+//! **Every error explains itself.** s3s answers the refusals it decides itself (a signature
+//! that does not match, a malformed URI, ...) with a code and no message, which clients show
+//! as "Unknown". Such a response gets S3's own wording for its code ([`s3_message`]) before
+//! it leaves; a message set by the handler is never touched.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -112,6 +117,7 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
         let future = hyper::service::Service::call(&self.s3, req);
         Box::pin(served.run(async move {
             let mut resp = future.await?;
+            explain(&mut resp);
             if close {
                 resp.headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));
@@ -121,9 +127,109 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
     }
 }
 
+/// S3's message for an error code that s3s sends without one (the wording of S3's error
+/// reference); `None` for codes s3s always sends with a message or never sends.
+pub fn s3_message(code: &str) -> Option<&'static str> {
+    Some(match code {
+        "SignatureDoesNotMatch" => {
+            "The request signature we calculated does not match the signature you provided. \
+             Check your key and signing method."
+        }
+        "InvalidAccessKeyId" => "The AWS access key Id you provided does not exist in our records.",
+        "AccessDenied" => "Access Denied",
+        "AuthorizationHeaderMalformed" => "The authorization header you provided is invalid.",
+        "RequestTimeTooSkewed" => {
+            "The difference between the request time and the server's time is too large."
+        }
+        "ExpiredToken" | "AccessDeniedExpired" => "Request has expired",
+        "InvalidBucketName" => "The specified bucket is not valid.",
+        "InvalidURI" => "Couldn't parse the specified URI.",
+        "KeyTooLongError" => "Your key is too long.",
+        "MethodNotAllowed" => "The specified method is not allowed against this resource.",
+        "NotImplemented" => "A header you provided implies functionality that is not implemented.",
+        "MissingContentLength" => "You must provide the Content-Length HTTP header.",
+        "InvalidArgument" => "Invalid Argument",
+        "InvalidRequest" => "Invalid Request",
+        "MalformedXML" => {
+            "The XML you provided was not well-formed or did not validate against our published \
+             schema."
+        }
+        "InvalidDigest" => "The Content-MD5 you specified was not valid.",
+        "BadDigest" => "The Content-MD5 you specified did not match what we received.",
+        "XAmzContentSHA256Mismatch" => {
+            "The provided 'x-amz-content-sha256' header does not match what was computed."
+        }
+        "IncompleteBody" => {
+            "You did not provide the number of bytes specified by the Content-Length HTTP header."
+        }
+        "EntityTooLarge" => "Your proposed upload exceeds the maximum allowed object size.",
+        "InvalidRange" => "The requested range is not satisfiable",
+        "NoSuchKey" => "The specified key does not exist.",
+        "NoSuchBucket" => "The specified bucket does not exist.",
+        "NoSuchUpload" => {
+            "The specified multipart upload does not exist. The upload ID might be invalid, or \
+             the multipart upload might have been aborted or completed."
+        }
+        "InternalError" => "We encountered an internal error. Please try again.",
+        "ServiceUnavailable" => "Please reduce your request rate.",
+        "SlowDown" => "Please reduce your request rate.",
+        _ => return None,
+    })
+}
+
+/// Fills in S3's message on an error document s3s sent with a code and no `<Message>`.
+fn explain(resp: &mut HttpResponse) {
+    let status = resp.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return;
+    }
+    let Some(body) = resp.body().bytes() else {
+        return;
+    };
+    let Some(filled) = std::str::from_utf8(&body).ok().and_then(with_message) else {
+        return;
+    };
+    *resp.body_mut() = s3s::Body::from(filled);
+    resp.headers_mut().remove(CONTENT_LENGTH);
+}
+
+/// `xml` with S3's message for its code after `</Code>`, if it has no `<Message>` and the
+/// code has a known wording.
+fn with_message(xml: &str) -> Option<String> {
+    if xml.contains("<Message>") {
+        return None;
+    }
+    let start = xml.find("<Code>")? + "<Code>".len();
+    let end = start + xml[start..].find("</Code>")?;
+    let message = s3_message(xml[start..end].trim())?;
+    let at = end + "</Code>".len();
+    Some(format!(
+        "{}<Message>{message}</Message>{}",
+        &xml[..at],
+        &xml[at..]
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_error_without_a_message_gets_s3s_wording_and_one_with_a_message_is_kept() {
+        let bare = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SignatureDoesNotMatch\
+                    </Code></Error>";
+        let filled = with_message(bare).expect("filled");
+        assert!(
+            filled.contains(
+                "</Code><Message>The request signature we calculated does not match the \
+                 signature you provided. Check your key and signing method.</Message></Error>"
+            ),
+            "{filled}"
+        );
+        let kept = "<Error><Code>NoSuchKey</Code><Message>gone</Message></Error>";
+        assert_eq!(with_message(kept), None);
+        assert_eq!(with_message("<Error><Code>Whatever</Code></Error>"), None);
+    }
 
     fn headers(pairs: &[(http::HeaderName, &'static str)]) -> HeaderMap {
         pairs
