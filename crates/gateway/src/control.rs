@@ -1,4 +1,11 @@
-//! The gateway's control plane: the Prometheus `/metrics` listener and configuration reload.
+//! The gateway's control plane: the Prometheus `/metrics` listener, the health endpoints and
+//! configuration reload.
+//!
+//! Health, on the metrics listener: `GET /healthz` answers 200 while the process serves (it
+//! checks nothing else: a liveness probe that fails restarts the process). `GET /readyz`
+//! answers 200 when the catalog answers a read and the backend a listing of its root, each
+//! within [`READY_TIMEOUT`]; otherwise 503 with the reason on one line (a load balancer
+//! stops sending requests this gateway could not serve).
 //!
 //! Reload is a validated swap: the new file is parsed and checked as a whole (reservations
 //! against capacity included) before anything changes; then credentials, quotas and dmClock
@@ -21,12 +28,17 @@ use sluice_throttle::{TenantSpec, Throttle};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// How long `/readyz` waits for the catalog and for the backend.
+pub const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
 use crate::{GatewayError, gateway_section, server::tenant_keys};
 
 /// What a running gateway exposes for observation and reload.
 #[derive(Clone)]
 pub struct Control {
     pub(crate) catalog: Arc<Catalog>,
+    /// The backend's root, for the readiness probe.
+    pub(crate) backend: Arc<dyn object_store::ObjectStore>,
     pub(crate) tenants: Arc<Tenants>,
     pub(crate) throttle: Option<Arc<Throttle>>,
     pub(crate) metrics: Arc<Metrics>,
@@ -184,7 +196,7 @@ impl Control {
             })?;
         let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
             let control = self.clone();
-            async move { Ok::<_, Infallible>(control.answer(&req)) }
+            async move { Ok::<_, Infallible>(control.answer(&req).await) }
         });
         let task = tokio::spawn(sluice_serve::serve_http(
             listener,
@@ -195,20 +207,46 @@ impl Control {
         Ok((local, task))
     }
 
-    fn answer<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
-        let mut resp = if req.uri().path() == "/metrics" {
-            let mut r = Response::new(Full::new(Bytes::from(self.render())));
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("text/plain; version=0.0.4"),
-            );
-            r
-        } else {
-            Response::new(Full::new(Bytes::from_static(b"not found; try /metrics\n")))
-        };
-        if req.uri().path() != "/metrics" {
-            *resp.status_mut() = StatusCode::NOT_FOUND;
+    /// Why the gateway is not ready (see the module doc), or `None` when it is.
+    pub async fn unready(&self) -> Option<String> {
+        let catalog = Arc::clone(&self.catalog);
+        let read = tokio::task::spawn_blocking(move || catalog.list_buckets("").map(|_| ()));
+        match tokio::time::timeout(READY_TIMEOUT, read).await {
+            Err(_) => return Some("the catalog did not answer a read in time".into()),
+            Ok(Err(e)) => return Some(format!("the catalog read failed: {e}")),
+            Ok(Ok(Err(e))) => return Some(format!("the catalog read failed: {e}")),
+            Ok(Ok(Ok(()))) => {}
         }
+        match tokio::time::timeout(READY_TIMEOUT, self.backend.list_with_delimiter(None)).await {
+            Err(_) => Some("the backend did not answer a listing in time".into()),
+            Ok(Err(e)) => Some(format!("the backend is unreachable: {e}")),
+            Ok(Ok(_)) => None,
+        }
+    }
+
+    async fn answer<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
+        let (status, ctype, body) = match req.uri().path() {
+            "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", self.render()),
+            "/healthz" => (StatusCode::OK, "text/plain", "ok\n".to_owned()),
+            "/readyz" => match self.unready().await {
+                None => (StatusCode::OK, "text/plain", "ready\n".to_owned()),
+                Some(why) => {
+                    tracing::warn!(reason = %why, "not ready");
+                    (StatusCode::SERVICE_UNAVAILABLE, "text/plain", why + "\n")
+                }
+            },
+            _ => (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                "not found; try /metrics, /healthz or /readyz\n".to_owned(),
+            ),
+        };
+        let mut resp = Response::new(Full::new(Bytes::from(body)));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            hyper::header::CONTENT_TYPE,
+            hyper::header::HeaderValue::from_static(ctype),
+        );
         resp
     }
 }

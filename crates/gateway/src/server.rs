@@ -67,7 +67,8 @@ impl Gateway {
             .throttle
             .map_or(sluice_s3::blob::DEFAULT_GRAIN, |c| c.grain);
         let local = matches!(config.backend, sluice_config::Backend::Local);
-        let blobs = BlobStore::new(open_backend(config)?, grain, part_size(config, grain));
+        let backend = open_backend(config)?;
+        let blobs = BlobStore::new(Arc::clone(&backend), grain, part_size(config, grain));
         let blobs = Arc::new(if local {
             blobs.with_local_files()
         } else {
@@ -131,6 +132,7 @@ impl Gateway {
         );
         let control = Control {
             catalog,
+            backend,
             tenants: Arc::new(Tenants::new(tenant_keys(config))),
             throttle,
             metrics,
