@@ -1,6 +1,11 @@
 //! Binding and serving: the S3 API on `listen`, and status and metrics on `status_listen`
 //! (`/status`, `/metrics`), the operator's address: every tenant's figures, names included
 //! (the newest durable checkpoint, the last error), so never on the address trainers reach.
+//! The health endpoints are there too: `/healthz` answers 200 while the process serves;
+//! `/readyz` answers 200 when the node's catalog answers a read and its disk store a listing,
+//! each within [`READY_TIMEOUT`], and 503 with the reason otherwise. The upstream is not
+//! asked: an agent whose gateway is down still takes writes (it absorbs them and drains
+//! later), so it stays ready.
 //! There a tenant asks for its own status as an S3 request: `GET /?sluice-status`, signed
 //! with its keys (header or presigned), through the same signature check as every operation.
 
@@ -10,6 +15,7 @@ use std::sync::Arc;
 use http::StatusCode;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
+use object_store::ObjectStore as _;
 use s3s::route::S3Route;
 use s3s::{Body, S3Request, S3Response, S3Result};
 use sluice_s3::{Caller, HttpService, Tenants};
@@ -18,6 +24,27 @@ use tokio::sync::watch;
 
 use crate::drain::Drain;
 use crate::status;
+
+/// How long `/readyz` waits for the catalog and for the node's disk store.
+pub const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Why the agent is not ready (see the module doc), or `None` when it is.
+pub async fn unready(drain: &Drain) -> Option<String> {
+    let catalog = Arc::clone(drain.journal.catalog());
+    let read = tokio::task::spawn_blocking(move || catalog.list_buckets("").map(|_| ()));
+    match tokio::time::timeout(READY_TIMEOUT, read).await {
+        Err(_) => return Some("the catalog did not answer a read in time".into()),
+        Ok(Err(e)) => return Some(format!("the catalog read failed: {e}")),
+        Ok(Ok(Err(e))) => return Some(format!("the catalog read failed: {e}")),
+        Ok(Ok(Ok(()))) => {}
+    }
+    let disk = drain.blobs.root().list_with_delimiter(None);
+    match tokio::time::timeout(READY_TIMEOUT, disk).await {
+        Err(_) => Some("the node's disk store did not answer a listing in time".into()),
+        Ok(Err(e)) => Some(format!("the node's disk store failed a listing: {e}")),
+        Ok(Ok(_)) => None,
+    }
+}
 
 /// The query parameter of a tenant's status request on the S3 listener.
 pub const STATUS_QUERY: &str = "sluice-status";
@@ -45,6 +72,16 @@ impl StatusRoutes {
         let metrics = match path {
             "/status" | "/" => false,
             "/metrics" => true,
+            "/healthz" => return plain(StatusCode::OK, "text/plain", "ok\n".to_owned()),
+            "/readyz" => {
+                return match unready(&self.drain).await {
+                    None => plain(StatusCode::OK, "text/plain", "ready\n".to_owned()),
+                    Some(why) => {
+                        tracing::warn!(reason = %why, "not ready");
+                        plain(StatusCode::SERVICE_UNAVAILABLE, "text/plain", why + "\n")
+                    }
+                };
+            }
             _ => {
                 return plain(
                     StatusCode::NOT_FOUND,
