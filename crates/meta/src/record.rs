@@ -175,6 +175,8 @@ pub enum Precondition {
     None,
     /// Create-only: no object may be at the key.
     IfAbsent,
+    /// Replace-only (`If-Match: *`): some object must be at the key.
+    IfPresent,
     /// Compare-and-swap: an object must be at the key, with this ETag (without quotes).
     IfEtag(String),
 }
@@ -202,6 +204,7 @@ impl Precondition {
         let holds = match self {
             Self::None => true,
             Self::IfAbsent => current.is_none(),
+            Self::IfPresent => current.is_some(),
             Self::IfEtag(etag) => current.is_some_and(|c| c.etag == *etag),
         };
         if holds {

@@ -362,7 +362,8 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
-        op!(self, req, "CopyObject", copy_object_op)
+        let cond = objects::write_precondition_of(&req.headers);
+        op!(self, req, "CopyObject", copy_object_if_op, cond)
     }
 
     async fn list_objects(

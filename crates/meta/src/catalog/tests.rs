@@ -715,6 +715,10 @@ fn compare_and_swap_replaces_only_the_named_etag() {
         put_if(&c, "k", &first, &cas(&first.etag)),
         Err(MetaError::PreconditionFailed)
     ));
+    assert!(matches!(
+        put_if(&c, "k", &first, &Precondition::IfPresent),
+        Err(MetaError::PreconditionFailed)
+    ));
     put_if(&c, "k", &first, &Precondition::IfAbsent).expect("create");
     let second = ObjectRecord {
         etag: "0123456789abcdef0123456789abcdef".into(),
@@ -726,6 +730,7 @@ fn compare_and_swap_replaces_only_the_named_etag() {
     ));
     assert_eq!(c.ledger().usage("a").map(|u| (u.0, u.1)), Some((3, 0)));
     put_if(&c, "k", &second, &cas(&first.etag)).expect("swap");
+    put_if(&c, "k", &second, &Precondition::IfPresent).expect("replace");
     let now = c.get_object("a", "bkt", "k").expect("get").expect("object");
     assert_eq!(now.etag, second.etag);
     assert_eq!(c.ledger().usage("a").map(|u| (u.0, u.1)), Some((5, 0)));

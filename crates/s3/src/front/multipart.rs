@@ -6,7 +6,7 @@ use s3s::dto;
 use sluice_meta::{PartRecord, PartSpec, UploadRecord};
 
 use super::buckets::owner;
-use super::objects::{Representation, representation};
+use super::objects::{Representation, representation, write_precondition};
 use super::{Front, etag, now_ms, timestamp};
 use crate::checksum::{self, Algorithm, Expected};
 use crate::error::{ApiError, ApiResult};
@@ -227,6 +227,8 @@ impl Front {
                 "CompleteMultipartUpload must list at least one part".into(),
             ));
         }
+        // Decided in the completing transaction; on failure the upload stays, as in S3.
+        let cond = write_precondition(input.if_match, input.if_none_match)?;
         let (t, b, u, k) = (
             tenant.to_owned(),
             input.bucket.clone(),
@@ -234,7 +236,7 @@ impl Front {
             input.key.clone(),
         );
         let (object, replaced, unused) = self
-            .meta(move |c| c.complete_upload(&t, &b, &u, &k, &specs, now_ms()))
+            .meta(move |c| c.complete_upload_if(&t, &b, &u, &k, &specs, now_ms(), &cond))
             .await?;
         let mut garbage = unused;
         if let Some(old) = replaced {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use md5::{Digest as _, Md5};
 use s3s::dto::{self, StreamingBlob};
 use s3s::stream::ByteStream;
-use sluice_meta::{ObjectRecord, Segment};
+use sluice_meta::{ObjectRecord, Precondition, Segment};
 
 use super::tier::TierRead;
 use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
@@ -18,6 +18,9 @@ use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
 use sluice_serve::sendfile::SendfileLane;
+
+mod conditions;
+pub(super) use conditions::{ReadConditions, write_precondition, write_precondition_of};
 
 /// The most user-defined metadata an object may carry: the UTF-8 bytes of every key and value
 /// (`x-amz-meta-` excluded), S3's limit. Every byte is returned in each GET and HEAD.
@@ -33,6 +36,7 @@ macro_rules! representation {
             $input.content_disposition,
             $input.content_encoding,
             $input.content_language,
+            $input.expires,
             $input.metadata,
         )
     };
@@ -56,6 +60,7 @@ impl Representation {
         content_disposition: Option<String>,
         content_encoding: Option<String>,
         content_language: Option<String>,
+        expires: Option<dto::Timestamp>,
         metadata: Option<dto::Metadata>,
     ) -> ApiResult<Self> {
         let metadata: BTreeMap<String, String> = metadata.unwrap_or_default().into_iter().collect();
@@ -78,6 +83,7 @@ impl Representation {
             ("content-disposition", content_disposition),
             ("content-encoding", content_encoding),
             ("content-language", content_language),
+            ("expires", expires.and_then(|t| http_date(&t))),
         ] {
             if let Some(v) = v {
                 headers.insert(k.to_owned(), v);
@@ -158,6 +164,19 @@ fn check_md5(content_md5: Option<&str>, written: &Written) -> ApiResult<()> {
 
 fn header(rec: &ObjectRecord, name: &str) -> Option<String> {
     rec.headers.get(name).cloned()
+}
+
+/// A date as HTTP writes it (IMF-fixdate), the form `Expires` is stored in.
+fn http_date(t: &dto::Timestamp) -> Option<String> {
+    let mut out = Vec::new();
+    t.format(dto::TimestampFormat::HttpDate, &mut out).ok()?;
+    String::from_utf8(out).ok()
+}
+
+/// The stored `Expires` of an object.
+fn expires(rec: &ObjectRecord) -> Option<dto::Timestamp> {
+    let v = rec.headers.get("expires")?;
+    dto::Timestamp::parse(dto::TimestampFormat::HttpDate, v).ok()
 }
 
 fn metadata(rec: &ObjectRecord) -> Option<dto::Metadata> {
@@ -252,8 +271,10 @@ impl Front {
         }
     }
 
-    /// Makes `rec` visible at `key`, with its body when it is inline; deletes the blobs it
-    /// replaced, or on failure its own.
+    /// Makes `rec` visible at `key` if the object there meets `cond` (decided in the
+    /// catalog's commit), with its body when it is inline; deletes the blobs it replaced, or
+    /// on failure (a failed condition too) its own.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn commit_object(
         &self,
         tenant: &str,
@@ -262,6 +283,7 @@ impl Front {
         rec: ObjectRecord,
         inline: Option<Bytes>,
         reservation: sluice_meta::Reservation,
+        cond: Precondition,
     ) -> ApiResult<ObjectRecord> {
         let (t, b, k, r) = (
             tenant.to_owned(),
@@ -270,7 +292,7 @@ impl Front {
             rec.clone(),
         );
         match self
-            .meta(move |c| c.put_object(&t, &b, &k, &r, inline.as_deref(), reservation))
+            .meta(move |c| c.put_object_if(&t, &b, &k, &r, inline.as_deref(), reservation, &cond))
             .await
         {
             Ok(replaced) => {
@@ -293,12 +315,10 @@ impl Front {
     pub(super) async fn put_object_op(
         &self,
         tenant: &str,
-        input: dto::PutObjectInput,
+        mut input: dto::PutObjectInput,
         expected: Expected,
     ) -> ApiResult<dto::PutObjectOutput> {
-        if input.if_none_match.is_some() || input.if_match.is_some() {
-            return Err(ApiError::NotImplemented("conditional PutObject"));
-        }
+        let cond = write_precondition(input.if_match.take(), input.if_none_match.take())?;
         let repr = representation!(input)?;
         self.require_bucket(tenant, &input.bucket).await?;
         let received = self
@@ -321,6 +341,7 @@ impl Front {
                 rec,
                 inline,
                 received.reservation,
+                cond,
             )
             .await?;
         let digest = received.checksum.as_ref();
@@ -388,17 +409,24 @@ impl Front {
     pub(super) async fn get_object_op(
         &self,
         tenant: &str,
-        input: dto::GetObjectInput,
+        mut input: dto::GetObjectInput,
         lane: Option<&SendfileLane>,
     ) -> ApiResult<dto::GetObjectOutput> {
         if input.part_number.is_some() {
             return Err(ApiError::NotImplemented("GetObject by partNumber"));
         }
+        let conditions = ReadConditions {
+            if_match: input.if_match.take(),
+            if_none_match: input.if_none_match.take(),
+            if_modified_since: input.if_modified_since.take(),
+            if_unmodified_since: input.if_unmodified_since.take(),
+        };
         let (rec, range, body) = match self
             .object_with_body(tenant, &input.bucket, &input.key)
             .await
         {
             Ok(src) => {
+                conditions.check(&src.rec)?;
                 let range = match &input.range {
                     None => 0..src.rec.size,
                     Some(r) => r.check(src.rec.size).map_err(|_| ApiError::InvalidRange)?,
@@ -411,6 +439,7 @@ impl Front {
                     let read = tier
                         .get(tenant, &input.bucket, &input.key, input.range)
                         .await?;
+                    conditions.check(&read.record)?;
                     (read.record, read.range, read.body)
                 }
                 None => return Err(e),
@@ -442,6 +471,7 @@ impl Front {
             content_language: input
                 .response_content_language
                 .or_else(|| header(rec, "content-language")),
+            expires: input.response_expires.or_else(|| expires(rec)),
             metadata: metadata(rec),
             parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
             ..Default::default()
@@ -460,6 +490,13 @@ impl Front {
                 None => return Err(e),
             },
         };
+        ReadConditions {
+            if_match: input.if_match,
+            if_none_match: input.if_none_match,
+            if_modified_since: input.if_modified_since,
+            if_unmodified_since: input.if_unmodified_since,
+        }
+        .check(&rec)?;
         Ok(dto::HeadObjectOutput {
             content_length: i64::try_from(rec.size).ok(),
             accept_ranges: Some("bytes".into()),
@@ -470,6 +507,7 @@ impl Front {
             content_disposition: header(&rec, "content-disposition"),
             content_encoding: header(&rec, "content-encoding"),
             content_language: header(&rec, "content-language"),
+            expires: expires(&rec),
             metadata: metadata(&rec),
             parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
             ..Default::default()
@@ -616,11 +654,27 @@ impl Front {
         Ok((Stored::Inline(body.clone()), written, reservation))
     }
 
+    /// An unconditional CopyObject.
+    #[cfg(test)]
     pub(super) async fn copy_object_op(
         &self,
         tenant: &str,
         input: dto::CopyObjectInput,
     ) -> ApiResult<dto::CopyObjectOutput> {
+        self.copy_object_if_op(tenant, input, Ok(Precondition::None))
+            .await
+    }
+
+    /// CopyObject; `cond` is the destination's `If-Match`/`If-None-Match` (s3s's input has
+    /// no field for them, so they are read from the headers): decided at the commit, as a
+    /// PutObject's.
+    pub(super) async fn copy_object_if_op(
+        &self,
+        tenant: &str,
+        input: dto::CopyObjectInput,
+        cond: ApiResult<Precondition>,
+    ) -> ApiResult<dto::CopyObjectOutput> {
+        let cond = cond?;
         let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
         let src = match self.object_with_body(tenant, src_bucket, src_key).await {
             Ok(src) => Copied::Here(src),
@@ -679,7 +733,15 @@ impl Front {
         };
         let (rec, inline) = new_object(stored, &written, repr);
         let rec = self
-            .commit_object(tenant, &input.bucket, &input.key, rec, inline, reservation)
+            .commit_object(
+                tenant,
+                &input.bucket,
+                &input.key,
+                rec,
+                inline,
+                reservation,
+                cond,
+            )
             .await?;
         Ok(dto::CopyObjectOutput {
             copy_object_result: Some(dto::CopyObjectResult {

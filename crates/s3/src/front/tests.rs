@@ -364,3 +364,86 @@ async fn a_copy_of_an_inline_object_stays_inline_and_a_part_copy_becomes_a_blob(
     );
     assert_eq!(usage(&f), (10_100, 0));
 }
+
+#[tokio::test]
+async fn a_failed_create_only_put_keeps_the_object_and_leaves_no_blob_behind() {
+    let (_d, f) = front(1 << 30);
+    let big = data(INLINE_MAX + 10, 1);
+    let create = |body: &Bytes| dto::PutObjectInput {
+        if_none_match: Some(dto::ETagCondition::Any),
+        ..put_input("k", body, true)
+    };
+    f.put_object_op(T, create(&big), Expected::None)
+        .await
+        .expect("create");
+    let before = (blobs(&f).await, usage(&f));
+    let other = data(INLINE_MAX + 20, 2);
+    let refused = f.put_object_op(T, create(&other), Expected::None).await;
+    assert!(
+        matches!(refused, Err(ApiError::Meta(MetaError::PreconditionFailed))),
+        "{refused:?}"
+    );
+    assert_eq!((blobs(&f).await, usage(&f)), before);
+    assert_eq!(get(&f, "k", None).await.expect("get").0, big);
+    // Compare-and-swap: a stale ETag is refused, the current one replaces.
+    let swap = |tag: &str| dto::PutObjectInput {
+        if_match: Some(dto::ETagCondition::ETag(dto::ETag::Strong(tag.into()))),
+        ..put_input("k", &other, true)
+    };
+    let stale = f
+        .put_object_op(T, swap(&md5_hex(&other)), Expected::None)
+        .await;
+    assert!(stale.is_err());
+    assert_eq!((blobs(&f).await, usage(&f)), before);
+    f.put_object_op(T, swap(&md5_hex(&big)), Expected::None)
+        .await
+        .expect("swap");
+    assert_eq!(get(&f, "k", None).await.expect("get").0, other);
+    assert_eq!(blobs(&f).await.len(), 1);
+}
+
+#[tokio::test]
+async fn conditional_gets_answer_304_and_412_before_reading_a_byte() {
+    let (_d, f) = front(1 << 30);
+    let body = data(100, 3);
+    put(&f, "k", &body, true).await.expect("put");
+    let etag = md5_hex(&body);
+    let cond = |m: Option<&str>, n: Option<&str>| {
+        let tag = |t: &str| dto::ETagCondition::ETag(dto::ETag::Strong(t.into()));
+        dto::GetObjectInput {
+            bucket: B.into(),
+            key: "k".into(),
+            if_match: m.map(tag),
+            if_none_match: n.map(tag),
+            ..Default::default()
+        }
+    };
+    let status = |r: ApiResult<dto::GetObjectOutput>| match r {
+        Ok(_) => "200",
+        Err(ApiError::PreconditionFailed) => "412",
+        Err(ApiError::NotModified { etag: e, .. }) if e == etag => "304",
+        Err(_) => "other",
+    };
+    assert_eq!(
+        status(f.get_object_op(T, cond(Some("stale"), None), None).await),
+        "412"
+    );
+    assert_eq!(
+        status(f.get_object_op(T, cond(None, Some(&etag)), None).await),
+        "304"
+    );
+    assert_eq!(
+        status(f.get_object_op(T, cond(Some(&etag), None), None).await),
+        "200"
+    );
+    let head = dto::HeadObjectInput {
+        bucket: B.into(),
+        key: "k".into(),
+        if_none_match: Some(dto::ETagCondition::Any),
+        ..Default::default()
+    };
+    assert!(matches!(
+        f.head_object_op(T, head).await,
+        Err(ApiError::NotModified { .. })
+    ));
+}
