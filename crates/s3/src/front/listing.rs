@@ -3,6 +3,13 @@
 //! order with the same resume rule: strictly after the last name returned, where a returned
 //! common prefix also covers every key under it. With a tier behind the front, the page is the
 //! merge of the catalog's and the tier's (`tier::merge`); the rest is the same.
+//!
+//! The cases S3 defines at the edges: an empty delimiter is no delimiter; a prefix ending in
+//! the delimiter lists the keys directly under it (the key equal to the prefix among them) and
+//! rolls deeper ones up; `max-keys=0` is an empty page, not truncated; `encoding-type=url`
+//! percent-encodes every byte of keys, prefixes, delimiter and markers but the unreserved
+//! characters and `/` (a space as `%20`, `+` as `%2B`, which every SDK's decoder, `+`-as-space
+//! ones included, reads back exactly).
 
 use s3s::dto;
 use sluice_meta::{Entry, ListPage, ListQuery, MetaError};
@@ -22,6 +29,13 @@ fn max_keys(requested: Option<i32>) -> ApiResult<usize> {
         )),
         Some(n) => Ok(n.min(MAX_KEYS).unsigned_abs() as usize),
     }
+}
+
+/// Whether a page has more after it. A page of `max-keys=0` is empty and not truncated,
+/// whatever the bucket holds, as S3 answers it (Ceph's s3-tests, written against AWS, check
+/// `IsTruncated` false): it asks for nothing, so nothing is left over.
+fn truncated(page: &ListPage, max: usize) -> bool {
+    page.truncated && max > 0
 }
 
 /// Keys and prefixes as the client asked them encoded (`encoding-type=url`).
@@ -229,7 +243,7 @@ impl Front {
                 max,
             )
             .await?;
-        let truncated = page.truncated;
+        let truncated = truncated(&page, max);
         let s = split(page);
         let key_count = s.objects.len() + s.prefixes.len();
         Ok(dto::ListObjectsV2Output {
@@ -275,7 +289,7 @@ impl Front {
                 max,
             )
             .await?;
-        let truncated = page.truncated;
+        let truncated = truncated(&page, max);
         let s = split(page);
         Ok(dto::ListObjectsOutput {
             name: Some(input.bucket),
@@ -314,7 +328,7 @@ impl Front {
                 max,
             )
             .await?;
-        let truncated = page.truncated;
+        let truncated = truncated(&page, max);
         let s = split(page);
         let versions = s
             .objects

@@ -447,3 +447,59 @@ async fn conditional_gets_answer_304_and_412_before_reading_a_byte() {
         Err(ApiError::NotModified { .. })
     ));
 }
+
+#[tokio::test]
+async fn listings_take_s3s_edge_cases_as_s3_defines_them() {
+    let (_d, f) = front(1 << 30);
+    let odd = "sp ace%+&<\u{e9}";
+    for k in ["a/", "a/b", "a/c/d", "b", odd] {
+        put(&f, k, &Bytes::from_static(b"x"), true)
+            .await
+            .expect("put");
+    }
+    let list = |prefix: Option<&str>, delimiter: Option<&str>, max: Option<i32>| {
+        let input = dto::ListObjectsV2Input {
+            bucket: B.into(),
+            prefix: prefix.map(str::to_owned),
+            delimiter: delimiter.map(str::to_owned),
+            max_keys: max,
+            encoding_type: Some(dto::EncodingType::from_static(dto::EncodingType::URL)),
+            ..Default::default()
+        };
+        let f = &f;
+        async move { f.list_objects_v2_op(T, input).await.expect("list") }
+    };
+    let keys = |o: &dto::ListObjectsV2Output| -> Vec<String> {
+        let c = o.contents.iter().flatten();
+        c.filter_map(|o| o.key.clone()).collect()
+    };
+    let prefixes = |o: &dto::ListObjectsV2Output| -> Vec<String> {
+        let c = o.common_prefixes.iter().flatten();
+        c.filter_map(|p| p.prefix.clone()).collect()
+    };
+    // An empty delimiter is none: every key, no common prefix.
+    let all = list(None, Some(""), None).await;
+    assert_eq!(keys(&all).len(), 5);
+    assert!(prefixes(&all).is_empty());
+    // Keys are percent-encoded byte by byte (UTF-8), `/` and unreserved characters kept.
+    assert!(keys(&all).contains(&"sp%20ace%25%2B%26%3C%C3%A9".to_owned()));
+    // A prefix ending in the delimiter: the key equal to it, the keys directly under it,
+    // deeper ones rolled up.
+    let under = list(Some("a/"), Some("/"), None).await;
+    assert_eq!(keys(&under), ["a/", "a/b"]);
+    assert_eq!(prefixes(&under), ["a/c/"]);
+    // max-keys=0: empty and not truncated, in v1 too.
+    let none = list(None, None, Some(0)).await;
+    assert_eq!((keys(&none).len(), none.is_truncated), (0, Some(false)));
+    assert_eq!(none.next_continuation_token, None);
+    let v1 = dto::ListObjectsInput {
+        bucket: B.into(),
+        max_keys: Some(0),
+        ..Default::default()
+    };
+    let v1 = f.list_objects_op(T, v1).await.expect("list v1");
+    assert_eq!(v1.is_truncated, Some(false));
+    assert!(v1.contents.iter().flatten().next().is_none());
+    // One key short of everything is truncated as ever.
+    assert_eq!(list(None, None, Some(4)).await.is_truncated, Some(true));
+}
