@@ -6,6 +6,7 @@ and an upstream refusal is reported without losing data."""
 import hashlib
 import json
 import os
+import signal
 import urllib.request
 import threading
 import time
@@ -16,7 +17,7 @@ import subprocess
 from botocore.exceptions import ClientError
 
 from agent_harness import Agent, LocalSpec
-from harness import DEFAULT_TENANTS, Backend, Gateway, free_port, sluice_bin
+from harness import DEFAULT_TENANTS, Backend, Gateway, Tenant, free_port, sluice_bin
 
 MiB = 1024 * 1024
 ALICE = DEFAULT_TENANTS[0]
@@ -492,3 +493,58 @@ def test_local_quotas_larger_than_the_disk_are_warned_about(tmp_path, tier, quot
         assert ("add up to more than the disk can hold" in log) == warned, log[-2000:]
     finally:
         agent.stop()
+
+
+def wait_for_log(path, text: str, timeout: float = 30.0) -> str:
+    """The log once it holds `text` (an observable condition: the reload has run)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = path.read_text()
+        if text in log:
+            return log
+        assert time.monotonic() < deadline, f"{text!r} not logged within {timeout}s: {log[-2000:]}"
+        time.sleep(0.05)
+
+
+def test_sighup_reloads_the_agent_and_a_bad_file_is_refused(tmp_path):
+    carol = Tenant("carol", "AKIDCAROL000000TEST", "carol-secret-0123456789")
+    gw = Gateway(tmp_path / "gw", Backend("local"), tenants=[*DEFAULT_TENANTS, carol]).start()
+    agent = Agent(tmp_path / "agent", gw.endpoint, list(DEFAULT_TENANTS),
+                  status_port=free_port()).start()
+    log = tmp_path / "agent" / "agent.log"
+    try:
+        with pytest.raises(ClientError) as refused:
+            agent.client(carol).create_bucket(Bucket="carol-ckpt")
+        assert refused.value.response["Error"]["Code"] == "InvalidAccessKeyId"
+
+        # A tenant added to the file writes through the agent after SIGHUP, and its write
+        # drains to the gateway with its own keys.
+        agent.tenants.append(carol)
+        agent.write_config()
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for_log(log, "configuration reloaded")
+        node = agent.client(carol)
+        node.create_bucket(Bucket="carol-ckpt")
+        node.put_object(Bucket="carol-ckpt", Key="step-1/shard", Body=b"carol's bytes")
+        agent.wait_drained("carol", timeout=60)
+        got = gw.client(carol).get_object(Bucket="carol-ckpt", Key="step-1/shard")
+        assert got["Body"].read() == b"carol's bytes"
+
+        # A file that does not parse, then one that changes what needs a restart: each is
+        # refused with why, the agent keeps serving with the old configuration.
+        text = agent.config_path.read_text()
+        agent.config_path.write_text(text + "\n[[tenant]]\nid = \n")
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for_log(log, "invalid configuration")
+        agent.config_path.write_text(text.replace(f'listen = "127.0.0.1:{agent.port}"',
+                                                  f'listen = "127.0.0.1:{free_port()}"'))
+        agent.proc.send_signal(signal.SIGHUP)
+        shown = wait_for_log(log, "need a restart")
+        assert "listen" in shown
+        assert agent.proc.poll() is None
+        node.put_object(Bucket="carol-ckpt", Key="step-2/shard", Body=b"still served")
+        agent.client(ALICE).list_buckets()
+        assert agent.status()["tenants"]
+    finally:
+        agent.stop()
+        gw.stop()

@@ -391,6 +391,29 @@ impl Drain {
         self
     }
 
+    /// A configuration reload: each tenant's policy (drain rate, limit, interval), retention
+    /// and local capacity replaced, new tenants added. Counters, backoff and the learned
+    /// interval are kept; a tenant no longer named keeps draining what it buffered.
+    pub fn set_tenants(&self, tenants: &[Tenant]) {
+        let now = Instant::now();
+        let mut state = lock(&self.tenants);
+        for t in tenants {
+            match state.get_mut(&t.id) {
+                Some(d) => {
+                    let fresh = TenantDrain::new(t, now);
+                    d.policy = fresh.policy;
+                    d.retention = fresh.retention;
+                    d.local_capacity = fresh.local_capacity;
+                }
+                None => {
+                    state.insert(t.id.clone(), TenantDrain::new(t, now));
+                }
+            }
+        }
+        drop(state);
+        self.wake.notify_one();
+    }
+
     /// Runs `f` with the tenants' runtime state.
     pub fn with_tenants<T>(&self, f: impl FnOnce(&HashMap<String, TenantDrain>) -> T) -> T {
         f(&lock(&self.tenants))

@@ -185,7 +185,7 @@ fn now_ms() -> i64 {
 /// Appends ops in the catalog's transactions. Markers are classified with the tenant's
 /// patterns at write time.
 pub struct JournalHook {
-    markers: BTreeMap<String, Vec<String>>,
+    markers: std::sync::RwLock<BTreeMap<String, Vec<String>>>,
     sums: Arc<Checksums>,
     wake: Arc<tokio::sync::Notify>,
 }
@@ -197,10 +197,18 @@ impl JournalHook {
         wake: Arc<tokio::sync::Notify>,
     ) -> Self {
         Self {
-            markers,
+            markers: std::sync::RwLock::new(markers),
             sums,
             wake,
         }
+    }
+
+    /// A configuration reload: the tenants' marker patterns, for writes from now on.
+    pub fn set_markers(&self, markers: BTreeMap<String, Vec<String>>) {
+        *self
+            .markers
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = markers;
     }
 
     fn append(
@@ -244,7 +252,12 @@ impl JournalHook {
             txn.open_table(DURABLE)?.remove(lk.as_slice())?;
         }
         let marker = matches!(kind, OpKind::Put { .. })
-            && self.markers.get(tenant).is_some_and(|p| is_marker(p, key));
+            && self
+                .markers
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .get(tenant)
+                .is_some_and(|p| is_marker(p, key));
         let op = Op {
             seq,
             tenant: tenant.to_owned(),

@@ -14,6 +14,14 @@
 //! (orphans of interrupted writes deleted, exactly as on the gateway), open the journal,
 //! bind, then start the drain. A kill -9 at any point is safe: see the journal's crash model.
 //!
+//! Reload ([`Control::reload`], on SIGHUP) is a validated swap, as on the gateway: the new
+//! file has been parsed and checked as a whole before anything changes; then the tenants'
+//! keys (the S3 listener's and the upstream's), local quotas, bucket limits, drain policies
+//! (rate, limit, interval), retention and commit markers are replaced, and new tenants
+//! added. A tenant no longer in the file can no longer call the agent, but what it buffered
+//! still drains with its last keys. The listen addresses, the data directory and the
+//! upstream need a restart: a reload that changes them is refused and nothing changes.
+//!
 //! The agent owns no S3 semantics of its own: every operation, the read merge included, is the
 //! gateway's code.
 
@@ -69,6 +77,118 @@ pub enum AgentError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("reload refused: {0}")]
+    Reload(String),
+}
+
+/// What a running agent exposes for reload (see the module doc).
+#[derive(Clone)]
+pub struct Control {
+    tenants: Arc<Tenants>,
+    drain: Arc<Drain>,
+    upstream: Arc<Upstream>,
+    hook: Arc<JournalHook>,
+    config: Arc<std::sync::Mutex<Config>>,
+}
+
+fn tenant_keys(config: &Config) -> Vec<TenantKey> {
+    config
+        .tenants
+        .iter()
+        .map(|t| TenantKey {
+            tenant: Arc::from(t.id.as_str()),
+            access_key: t.access_key.clone(),
+            secret_key: t.secret_key.clone(),
+        })
+        .collect()
+}
+
+fn upstream_credentials(config: &Config) -> HashMap<String, Credentials> {
+    config
+        .tenants
+        .iter()
+        .map(|t| {
+            (
+                t.id.clone(),
+                Credentials {
+                    access_key: t.access_key.clone(),
+                    secret_key: t.secret_key.clone(),
+                },
+            )
+        })
+        .collect()
+}
+
+fn commit_markers(config: &Config) -> BTreeMap<String, Vec<String>> {
+    config
+        .tenants
+        .iter()
+        .map(|t| (t.id.clone(), t.local.commit_markers.clone()))
+        .collect()
+}
+
+/// The tenants' local limits in the node's ledger: at start and on reload.
+fn set_local_limits(catalog: &Catalog, config: &Config) {
+    for t in &config.tenants {
+        catalog.ledger().set_quota(&t.id, t.local.local_capacity);
+        // The gateway's bucket limit: a bucket made here must be one it will accept.
+        catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
+    }
+}
+
+impl Control {
+    /// Whether `new` may be applied: `Err` names what would need a restart. Nothing changes.
+    pub fn check(&self, new: &Config) -> Result<(), AgentError> {
+        let current = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        check_fixed(&current, new)
+    }
+
+    /// Applies a new configuration (see the module doc for what may change).
+    pub fn reload(&self, new: &Config) -> Result<(), AgentError> {
+        let mut current = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        check_fixed(&current, new)?;
+        self.hook.set_markers(commit_markers(new));
+        set_local_limits(self.drain.journal.catalog(), new);
+        self.drain.set_tenants(&new.tenants);
+        self.upstream.set_credentials(upstream_credentials(new));
+        self.tenants.replace(tenant_keys(new));
+        *current = new.clone();
+        tracing::info!(tenants = new.tenants.len(), "configuration reloaded");
+        Ok(())
+    }
+}
+
+/// Refuses a reload that changes what needs a restart.
+fn check_fixed(current: &Config, new: &Config) -> Result<(), AgentError> {
+    let (Some(old), Some(next)) = (current.agent.as_ref(), new.agent.as_ref()) else {
+        return Err(AgentError::Reload(
+            "the new configuration has no [agent] section".into(),
+        ));
+    };
+    let fixed = [
+        ("listen", old.listen != next.listen),
+        ("status_listen", old.status_listen != next.status_listen),
+        ("data_dir", old.data_dir != next.data_dir),
+        ("upstream", old.upstream != next.upstream),
+        (
+            "upstream_region",
+            old.upstream_region != next.upstream_region,
+        ),
+    ];
+    let changed: Vec<&str> = fixed.iter().filter(|f| f.1).map(|f| f.0).collect();
+    if !changed.is_empty() {
+        return Err(AgentError::Reload(format!(
+            "[agent] {} need a restart",
+            changed.join(", ")
+        )));
+    }
+    Ok(())
 }
 
 /// An opened (reconciled, not yet serving) agent.
@@ -76,6 +196,7 @@ pub struct Agent {
     node: Front,
     drain: Arc<Drain>,
     tenants: Arc<Tenants>,
+    control: Control,
     listen: String,
     status_listen: Option<String>,
     pub summary: ReconcileSummary,
@@ -86,6 +207,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub status_addr: Option<SocketAddr>,
     pub drain: Arc<Drain>,
+    pub control: Control,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -100,13 +222,8 @@ impl Agent {
         })?;
         let sums = Arc::new(Checksums::default());
         let wake = Arc::new(Notify::new());
-        let markers: BTreeMap<String, Vec<String>> = config
-            .tenants
-            .iter()
-            .map(|t| (t.id.clone(), t.local.commit_markers.clone()))
-            .collect();
         let hook = Arc::new(JournalHook::new(
-            markers,
+            commit_markers(config),
             Arc::clone(&sums),
             Arc::clone(&wake),
         ));
@@ -114,12 +231,8 @@ impl Agent {
         let (catalog, report) = tokio::task::spawn_blocking(move || Catalog::open(&path))
             .await
             .map_err(|e| AgentError::Join(e.to_string()))??;
-        let catalog = catalog.with_hook(hook);
-        for t in &config.tenants {
-            catalog.ledger().set_quota(&t.id, t.local.local_capacity);
-            // The gateway's bucket limit: a bucket made here must be one it will accept.
-            catalog.ledger().set_max_buckets(&t.id, t.max_buckets);
-        }
+        let catalog = catalog.with_hook(Arc::clone(&hook) as _);
+        set_local_limits(&catalog, config);
         let local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
         let blobs = Arc::new(
             BlobStore::new(
@@ -149,20 +262,11 @@ impl Agent {
                     .map_err(|e| AgentError::Join(e.to_string()))??,
             )
         };
-        let creds: HashMap<String, Credentials> = config
-            .tenants
-            .iter()
-            .map(|t| {
-                (
-                    t.id.clone(),
-                    Credentials {
-                        access_key: t.access_key.clone(),
-                        secret_key: t.secret_key.clone(),
-                    },
-                )
-            })
-            .collect();
-        let upstream = Arc::new(Upstream::new(&a.upstream, &a.upstream_region, creds)?);
+        let upstream = Arc::new(Upstream::new(
+            &a.upstream,
+            &a.upstream_region,
+            upstream_credentials(config),
+        )?);
         let front = Front::new(
             catalog,
             Arc::clone(&blobs),
@@ -186,22 +290,22 @@ impl Agent {
         ));
         let node = front.with_tier(Arc::new(SharedTier::new(
             journal,
-            upstream,
+            Arc::clone(&upstream),
             Arc::clone(&drain),
         )));
-        let keys = config
-            .tenants
-            .iter()
-            .map(|t| TenantKey {
-                tenant: Arc::from(t.id.as_str()),
-                access_key: t.access_key.clone(),
-                secret_key: t.secret_key.clone(),
-            })
-            .collect();
+        let tenants = Arc::new(Tenants::new(tenant_keys(config)));
+        let control = Control {
+            tenants: Arc::clone(&tenants),
+            drain: Arc::clone(&drain),
+            upstream,
+            hook,
+            config: Arc::new(std::sync::Mutex::new(config.clone())),
+        };
         Ok(Self {
             node,
             drain,
-            tenants: Arc::new(Tenants::new(keys)),
+            tenants,
+            control,
             listen: a.listen.clone(),
             status_listen: a.status_listen.clone(),
             summary,
@@ -245,6 +349,7 @@ impl Agent {
             addr,
             status_addr,
             drain: self.drain,
+            control: self.control,
             shutdown: tx,
             tasks,
         })

@@ -32,9 +32,15 @@ pub struct Credentials {
 pub struct Upstream {
     endpoint: String,
     region: String,
-    creds: HashMap<String, Credentials>,
-    stores: Mutex<HashMap<(String, String), Arc<AmazonS3>>>,
+    /// The tenants' keys and the clients built with them, under one lock so that a client
+    /// made with keys a reload replaced is never cached after it ([`Upstream::set_credentials`]).
+    keyed: Mutex<Keyed>,
     http: StatusClient,
+}
+
+struct Keyed {
+    creds: HashMap<String, Credentials>,
+    stores: HashMap<(String, String), Arc<AmazonS3>>,
 }
 
 fn options() -> ClientOptions {
@@ -75,32 +81,48 @@ impl Upstream {
         Ok(Self {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
             region: region.to_owned(),
-            creds,
-            stores: Mutex::default(),
+            keyed: Mutex::new(Keyed {
+                creds,
+                stores: HashMap::new(),
+            }),
             http: StatusClient::new(&options())?,
         })
+    }
+
+    /// A configuration reload: `creds` replace the keys of the tenants they name and add new
+    /// tenants. A tenant no longer named keeps its keys, so that what it buffered on the node
+    /// still drains. Clients built with the old keys are dropped; the next call builds anew.
+    pub fn set_credentials(&self, creds: HashMap<String, Credentials>) {
+        let mut keyed = self.keyed.lock().unwrap_or_else(PoisonError::into_inner);
+        keyed.creds.extend(creds);
+        keyed.stores.clear();
     }
 
     pub fn endpoint(&self) -> &str {
         &self.endpoint
     }
 
-    fn creds(&self, tenant: &str) -> Result<&Credentials, UpstreamError> {
-        self.creds.get(tenant).ok_or_else(|| no_credentials(tenant))
+    fn creds(&self, tenant: &str) -> Result<Credentials, UpstreamError> {
+        let keyed = self.keyed.lock().unwrap_or_else(PoisonError::into_inner);
+        keyed
+            .creds
+            .get(tenant)
+            .cloned()
+            .ok_or_else(|| no_credentials(tenant))
     }
 
-    /// The S3 client for one bucket of one tenant.
+    /// The S3 client for one bucket of one tenant (building one does no I/O, so it is built
+    /// under the lock).
     pub fn store(&self, tenant: &str, bucket: &str) -> Result<Arc<AmazonS3>, UpstreamError> {
         let k = (tenant.to_owned(), bucket.to_owned());
-        if let Some(s) = self
-            .stores
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&k)
-        {
+        let mut keyed = self.keyed.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(s) = keyed.stores.get(&k) {
             return Ok(Arc::clone(s));
         }
-        let c = self.creds(tenant)?;
+        let c = keyed
+            .creds
+            .get(tenant)
+            .ok_or_else(|| no_credentials(tenant))?;
         let store = AmazonS3Builder::new()
             .with_endpoint(&self.endpoint)
             .with_allow_http(true)
@@ -122,10 +144,7 @@ impl Upstream {
             })
             .build()?;
         let store = Arc::new(store);
-        self.stores
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(k, Arc::clone(&store));
+        keyed.stores.insert(k, Arc::clone(&store));
         Ok(store)
     }
 

@@ -1,4 +1,5 @@
-//! `sluice agent --config FILE`: serve the node agent until SIGINT/SIGTERM.
+//! `sluice agent --config FILE`: serve the node agent until SIGINT/SIGTERM; SIGHUP reloads
+//! the tenants' settings from FILE.
 //! `sluice agent status --config FILE [--metrics]`: print a running agent's status.
 
 use std::path::{Path, PathBuf};
@@ -39,10 +40,13 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             let config = Config::load(path)?;
             super::runtime()?.block_on(async {
                 let running = start(&config).await?;
-                let stop = running.stopper();
-                super::wait_for_signal().await?;
-                tracing::info!("shutting down");
-                let _ = stop.send(true);
+                let reload = super::Reload {
+                    path: Some(path),
+                    gateway: None,
+                    agent: Some(&running.control),
+                };
+                super::serve_until_signal(&reload).await?;
+                let _ = running.stopper().send(true);
                 running.wait().await;
                 Ok(())
             })

@@ -16,48 +16,82 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-/// Returns on SIGINT or SIGTERM.
-pub async fn wait_for_signal() -> anyhow::Result<()> {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r?,
-        _ = term.recv() => {}
-    }
-    Ok(())
+/// What SIGHUP reloads in this process: the gateway's and the agent's tenant settings
+/// (credentials, quotas, rates), from the configuration file the process was started with.
+#[derive(Default)]
+pub struct Reload<'a> {
+    pub path: Option<&'a std::path::Path>,
+    pub gateway: Option<&'a sluice_gateway::Control>,
+    pub agent: Option<&'a sluice_agent::Control>,
 }
 
-/// Serves until SIGINT or SIGTERM, then shuts down gracefully. SIGHUP reloads tenant
-/// specs (credentials, quotas, dmClock parameters) from `config_path`, as a validated swap.
-pub async fn until_signal(
-    running: sluice_gateway::Running,
-    config_path: Option<&std::path::Path>,
-) -> anyhow::Result<()> {
+impl Reload<'_> {
+    /// Loads the file and applies it to both processes, or to neither: a file that does not
+    /// parse, or that either refuses, changes nothing (the old configuration stays) and is
+    /// logged with why. Never fatal.
+    async fn apply(&self) {
+        let Some(path) = self.path else {
+            tracing::warn!(
+                "SIGHUP ignored: the configuration is embedded (start with --config FILE to reload)"
+            );
+            return;
+        };
+        let config = match sluice_config::Config::load(path) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(file = %path.display(), error = %e, "reload refused: invalid configuration; the old one stays");
+                return;
+            }
+        };
+        if let Some(agent) = self.agent
+            && let Err(e) = agent.check(&config)
+        {
+            tracing::error!(file = %path.display(), error = %e, "reload refused; the old configuration stays");
+            return;
+        }
+        if let Some(gateway) = self.gateway
+            && let Err(e) = gateway.reload(config.clone()).await
+        {
+            tracing::error!(file = %path.display(), error = %e, "reload refused; the old configuration stays");
+            return;
+        }
+        if let Some(agent) = self.agent
+            && let Err(e) = agent.reload(&config)
+        {
+            tracing::error!(file = %path.display(), error = %e, "agent reload refused");
+        }
+    }
+}
+
+/// Returns on SIGINT or SIGTERM; on SIGHUP, applies `reload` and goes on.
+pub async fn serve_until_signal(reload: &Reload<'_>) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let stop = running.stopper();
     let mut term = signal(SignalKind::terminate())?;
     let mut hup = signal(SignalKind::hangup())?;
     loop {
         tokio::select! {
             r = tokio::signal::ctrl_c() => { r?; break; }
             _ = term.recv() => break,
-            _ = hup.recv() => {
-                let Some(path) = config_path else {
-                    tracing::warn!("SIGHUP ignored: the configuration is embedded");
-                    continue;
-                };
-                match sluice_config::Config::load(path) {
-                    Err(e) => tracing::error!(error = %e, "reload refused: invalid configuration"),
-                    Ok(config) => {
-                        if let Err(e) = running.control.reload(config).await {
-                            tracing::error!(error = %e, "reload refused");
-                        }
-                    }
-                }
-            }
+            _ = hup.recv() => reload.apply().await,
         }
     }
     tracing::info!("shutting down");
-    let _ = stop.send(true);
+    Ok(())
+}
+
+/// Serves the gateway until SIGINT or SIGTERM (SIGHUP reloads from `config_path`), then
+/// shuts down gracefully.
+pub async fn until_signal(
+    running: sluice_gateway::Running,
+    config_path: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
+    let reload = Reload {
+        path: config_path,
+        gateway: Some(&running.control),
+        agent: None,
+    };
+    serve_until_signal(&reload).await?;
+    let _ = running.stopper().send(true);
     running.wait().await;
     Ok(())
 }

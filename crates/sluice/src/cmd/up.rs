@@ -65,8 +65,12 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         match agent {
             None => super::until_signal(running, args.config.as_deref()).await,
             Some(agent) => {
-                super::wait_for_signal().await?;
-                tracing::info!("shutting down");
+                let reload = super::Reload {
+                    path: args.config.as_deref(),
+                    gateway: Some(&running.control),
+                    agent: Some(&agent.control),
+                };
+                super::serve_until_signal(&reload).await?;
                 // The agent first (its drain talks to the gateway), then the gateway.
                 agent.shutdown().await;
                 let _ = running.stopper().send(true);
