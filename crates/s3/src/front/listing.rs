@@ -5,11 +5,10 @@
 //! merge of the catalog's and the tier's (`tier::merge`); the rest is the same.
 //!
 //! The cases S3 defines at the edges: an empty delimiter is no delimiter; a prefix ending in
-//! the delimiter lists the keys directly under it (the key equal to the prefix among them) and
-//! rolls deeper ones up; `max-keys=0` is an empty page, not truncated; `encoding-type=url`
-//! percent-encodes every byte of keys, prefixes, delimiter and markers but the unreserved
-//! characters and `/` (a space as `%20`, `+` as `%2B`, which every SDK's decoder, `+`-as-space
-//! ones included, reads back exactly).
+//! the delimiter lists the keys directly under it and rolls deeper ones up; `max-keys=0` is an
+//! empty page, not truncated; `encoding-type=url` percent-encodes every byte of keys,
+//! prefixes, delimiter and markers but the unreserved characters and `/` (a space as `%20`,
+//! `+` as `%2B`, which every SDK's decoder, `+`-as-space ones included, reads back exactly).
 
 use s3s::dto;
 use sluice_meta::{Entry, ListPage, ListQuery, MetaError};

@@ -671,7 +671,7 @@ impl Front {
     pub(super) async fn copy_object_if_op(
         &self,
         tenant: &str,
-        input: dto::CopyObjectInput,
+        mut input: dto::CopyObjectInput,
         cond: ApiResult<Precondition>,
     ) -> ApiResult<dto::CopyObjectOutput> {
         let cond = cond?;
@@ -697,6 +697,18 @@ impl Front {
             Copied::Here(s) => &s.rec,
             Copied::Tier(t) => &t.record,
         };
+        // The source's conditions: any that fails is a 412 (a copy has nothing to answer 304).
+        ReadConditions {
+            if_match: input.copy_source_if_match.take(),
+            if_none_match: input.copy_source_if_none_match.take(),
+            if_modified_since: input.copy_source_if_modified_since.take(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.take(),
+        }
+        .check(src_rec)
+        .map_err(|e| match e {
+            ApiError::NotModified { .. } => ApiError::PreconditionFailed,
+            e => e,
+        })?;
         let repr = if replace {
             representation!(input)?
         } else {
