@@ -10,9 +10,11 @@
 //! HEAD before anything is marked durable; local copies are evicted only once durable.
 //! [`node`] is upstream as the front's tier, for the reads it merges; [`status`] reports.
 //!
-//! Start-up order: open the catalog (usage recomputed), reconcile it with the local blobs
-//! (orphans of interrupted writes deleted, exactly as on the gateway), open the journal,
-//! bind, then start the drain. A kill -9 at any point is safe: see the journal's crash model.
+//! Start-up order: bind every listener ([`Listeners::bind`]: an address in use fails the
+//! start before anything is created, naming the config key), open the catalog (usage
+//! recomputed; one another process holds is refused as [`AgentError::CatalogLocked`]),
+//! reconcile it with the local blobs (orphans of interrupted writes deleted, exactly as on
+//! the gateway), open the journal, serve, then start the drain. A kill -9 at any point is safe: see the journal's crash model.
 //!
 //! Reload ([`Control::reload`], on SIGHUP) is a validated swap, as on the gateway: the new
 //! file has been parsed and checked as a whole before anything changes; then the tenants'
@@ -62,8 +64,16 @@ pub enum AgentError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// Not a `source`: the catalog's error already ends with its cause's text, and a chain
+    /// would print it once per layer.
     #[error("catalog: {0}")]
-    Catalog(#[from] sluice_meta::MetaError),
+    Catalog(sluice_meta::MetaError),
+    #[error(
+        "{} is held by another sluice process (a `sluice up` or `sluice agent` already running \
+         with this data_dir): stop it, or give this one another data_dir",
+        path.display()
+    )]
+    CatalogLocked { path: PathBuf },
     #[error("local store: {0}")]
     Store(#[from] object_store::Error),
     #[error("reconciling with the local store: {0}")]
@@ -72,13 +82,50 @@ pub enum AgentError {
     Join(String),
     #[error("upstream: {0}")]
     Upstream(#[from] upstream::UpstreamError),
-    #[error("cannot listen on {addr}: {source}")]
+    /// `key` is the configuration key that named the address (`[agent] listen`).
+    #[error("cannot listen on {addr} (`{key}`): {source}")]
     Listen {
+        key: &'static str,
         addr: String,
         source: std::io::Error,
     },
     #[error("reload refused: {0}")]
     Reload(String),
+}
+
+impl From<sluice_meta::MetaError> for AgentError {
+    fn from(e: sluice_meta::MetaError) -> Self {
+        Self::Catalog(e)
+    }
+}
+
+/// The agent's listeners, bound before anything else starts (see the crate doc).
+pub struct Listeners {
+    s3: (tokio::net::TcpListener, SocketAddr),
+    status: Option<(tokio::net::TcpListener, SocketAddr)>,
+}
+
+impl Listeners {
+    /// Binds `[agent] listen` and, if set, `[agent] status_listen` (port 0: a free one).
+    pub async fn bind(config: &Config) -> Result<Self, AgentError> {
+        let a = config.agent.as_ref().ok_or(AgentError::NotConfigured)?;
+        let s3 = server::bind_key("[agent] listen", &a.listen).await?;
+        let status = match &a.status_listen {
+            Some(s) => Some(server::bind_key("[agent] status_listen", s).await?),
+            None => None,
+        };
+        Ok(Self { s3, status })
+    }
+
+    /// Where S3 will be served.
+    pub fn s3_addr(&self) -> SocketAddr {
+        self.s3.1
+    }
+
+    /// Where `/status`, `/metrics`, `/healthz` and `/readyz` will be served.
+    pub fn status_addr(&self) -> Option<SocketAddr> {
+        self.status.as_ref().map(|s| s.1)
+    }
 }
 
 /// What a running agent exposes for reload (see the module doc).
@@ -197,8 +244,7 @@ pub struct Agent {
     drain: Arc<Drain>,
     tenants: Arc<Tenants>,
     control: Control,
-    listen: String,
-    status_listen: Option<String>,
+    config: Config,
     pub summary: ReconcileSummary,
 }
 
@@ -228,9 +274,16 @@ impl Agent {
             Arc::clone(&wake),
         ));
         let path = a.data_dir.join("meta.redb");
-        let (catalog, report) = tokio::task::spawn_blocking(move || Catalog::open(&path))
+        let opening = path.clone();
+        let (catalog, report) = tokio::task::spawn_blocking(move || Catalog::open(&opening))
             .await
-            .map_err(|e| AgentError::Join(e.to_string()))??;
+            .map_err(|e| AgentError::Join(e.to_string()))?
+            .map_err(|e| match e {
+                sluice_meta::MetaError::Storage(sluice_meta::redb::Error::DatabaseAlreadyOpen) => {
+                    AgentError::CatalogLocked { path }
+                }
+                e => AgentError::Catalog(e),
+            })?;
         let catalog = catalog.with_hook(Arc::clone(&hook) as _);
         set_local_limits(&catalog, config);
         let local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
@@ -306,19 +359,23 @@ impl Agent {
             drain,
             tenants,
             control,
-            listen: a.listen.clone(),
-            status_listen: a.status_listen.clone(),
+            config: config.clone(),
             summary,
         })
     }
 
     /// Binds (port 0 picks a free one), serves, and starts draining.
     pub async fn start(self) -> Result<Running, AgentError> {
-        let (listener, addr) = server::bind(&self.listen).await?;
-        let status = match &self.status_listen {
-            Some(s) => Some(server::bind(s).await?),
-            None => None,
-        };
+        let listeners = Listeners::bind(&self.config).await?;
+        Ok(self.start_on(listeners))
+    }
+
+    /// Serves on listeners bound beforehand ([`Listeners::bind`]) and starts draining.
+    pub fn start_on(self, listeners: Listeners) -> Running {
+        let Listeners {
+            s3: (listener, addr),
+            status,
+        } = listeners;
         let (tx, rx) = watch::channel(false);
         let own_status = server::TenantStatusRoute {
             drain: Arc::clone(&self.drain),
@@ -345,14 +402,14 @@ impl Agent {
             )));
         }
         tasks.push(tokio::spawn(Arc::clone(&self.drain).run(rx)));
-        Ok(Running {
+        Running {
             addr,
             status_addr,
             drain: self.drain,
             control: self.control,
             shutdown: tx,
             tasks,
-        })
+        }
     }
 }
 

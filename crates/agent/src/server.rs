@@ -195,16 +195,22 @@ pub async fn serve(listener: TcpListener, serves: Listener, stop: watch::Receive
     sluice_serve::serve_http(listener, svc, sluice_serve::HEADER_READ_TIMEOUT, stop).await;
 }
 
+/// Binds `addr` (the agent's S3 address: `[agent] listen`).
 pub async fn bind(addr: &str) -> Result<(TcpListener, SocketAddr), crate::AgentError> {
-    let l = TcpListener::bind(addr)
-        .await
-        .map_err(|source| crate::AgentError::Listen {
-            addr: addr.to_owned(),
-            source,
-        })?;
-    let a = l.local_addr().map_err(|source| crate::AgentError::Listen {
+    bind_key("[agent] listen", addr).await
+}
+
+/// Binds `addr`, which the configuration names under `key`.
+pub async fn bind_key(
+    key: &'static str,
+    addr: &str,
+) -> Result<(TcpListener, SocketAddr), crate::AgentError> {
+    let failed = |source| crate::AgentError::Listen {
+        key,
         addr: addr.to_owned(),
         source,
-    })?;
+    };
+    let l = TcpListener::bind(addr).await.map_err(failed)?;
+    let a = l.local_addr().map_err(failed)?;
     Ok((l, a))
 }

@@ -13,7 +13,6 @@
 //! (they need a restart) and a reload that changes them is refused.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -176,35 +175,22 @@ impl Control {
         Ok(())
     }
 
-    /// Serves `GET /metrics` on `addr` until `stop` changes.
-    pub async fn serve_metrics(
+    /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `stop` changes.
+    pub fn serve_metrics(
         self,
-        addr: &str,
+        listener: TcpListener,
         stop: watch::Receiver<bool>,
-    ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), GatewayError> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| GatewayError::Listen {
-                addr: addr.to_owned(),
-                source,
-            })?;
-        let local = listener
-            .local_addr()
-            .map_err(|source| GatewayError::Listen {
-                addr: addr.to_owned(),
-                source,
-            })?;
+    ) -> tokio::task::JoinHandle<()> {
         let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
             let control = self.clone();
             async move { Ok::<_, Infallible>(control.answer(&req).await) }
         });
-        let task = tokio::spawn(sluice_serve::serve_http(
+        tokio::spawn(sluice_serve::serve_http(
             listener,
             svc,
             sluice_serve::HEADER_READ_TIMEOUT,
             stop,
-        ));
-        Ok((local, task))
+        ))
     }
 
     /// Why the gateway is not ready (see the module doc), or `None` when it is.

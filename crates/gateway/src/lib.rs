@@ -2,12 +2,15 @@
 //! endpoint.
 //!
 //! Start-up order (each step finishes before the next begins):
-//! 1. open the catalog (`data_dir/meta.redb`), which recomputes every tenant's usage from
-//!    the objects and parts it references;
-//! 2. reconcile with the backend: blobs that no catalog entry references are the remains of
+//! 1. bind every listener ([`Listeners::bind`]: S3, and metrics if configured), so that an
+//!    address in use fails the start before anything is created, naming the config key;
+//! 2. open the catalog (`data_dir/meta.redb`), which recomputes every tenant's usage from
+//!    the objects and parts it references (a catalog another process holds is refused as
+//!    [`GatewayError::CatalogLocked`]);
+//! 3. reconcile with the backend: blobs that no catalog entry references are the remains of
 //!    writes interrupted by a crash and are deleted, as are the local filesystem's staged
 //!    uploads; referenced blobs that are missing are reported;
-//! 3. bind the listener and serve.
+//! 4. serve on the listeners bound in step 1.
 //!
 //! Shutdown: on SIGINT/SIGTERM the listener closes, requests in flight are given a grace
 //! period, then the process exits. A kill -9 at any point is safe by the catalog's crash
@@ -17,7 +20,7 @@ mod control;
 mod server;
 
 pub use control::{Control, set_tenant_limits, tenant_specs};
-pub use server::{Gateway, Running};
+pub use server::{Gateway, Listeners, Running};
 
 use sluice_config::Config;
 
@@ -31,8 +34,16 @@ pub enum GatewayError {
         path: std::path::PathBuf,
         source: std::io::Error,
     },
+    /// Not a `source`: the catalog's error already ends with its cause's text, and a chain
+    /// would print it once per layer.
     #[error("catalog: {0}")]
-    Catalog(#[from] sluice_meta::MetaError),
+    Catalog(sluice_meta::MetaError),
+    #[error(
+        "{} is held by another sluice process (a `sluice up`, `sluice gateway` or `sluice \
+         agent` already running with this data_dir): stop it, or give this one another data_dir",
+        path.display()
+    )]
+    CatalogLocked { path: std::path::PathBuf },
     #[error("backend: {0}")]
     Backend(#[from] sluice_store::StoreError),
     #[error("reconciling with the backend: {0}")]
@@ -43,11 +54,27 @@ pub enum GatewayError {
     Reload(String),
     #[error("throughput scheduler: {0}")]
     Throttle(#[from] sluice_throttle::ThrottleError),
-    #[error("cannot listen on {addr}: {source}")]
+    /// `key` is the configuration key that named the address (`[gateway] listen`).
+    #[error("cannot listen on {addr} (`{key}`): {source}")]
     Listen {
+        key: &'static str,
         addr: String,
         source: std::io::Error,
     },
+}
+
+impl From<sluice_meta::MetaError> for GatewayError {
+    fn from(e: sluice_meta::MetaError) -> Self {
+        Self::Catalog(e)
+    }
+}
+
+/// Whether a catalog could not be opened because another process holds its file's lock.
+pub fn catalog_locked(e: &sluice_meta::MetaError) -> bool {
+    matches!(
+        e,
+        sluice_meta::MetaError::Storage(sluice_meta::redb::Error::DatabaseAlreadyOpen)
+    )
 }
 
 /// Convenience: the gateway section or an error.

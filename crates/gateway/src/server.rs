@@ -17,12 +17,56 @@ use tokio::task::JoinHandle;
 
 use crate::{Control, GatewayError, gateway_section, tenant_specs};
 
+/// The gateway's listeners, bound before anything else starts (see the crate doc).
+pub struct Listeners {
+    s3: (TcpListener, SocketAddr),
+    metrics: Option<(TcpListener, SocketAddr)>,
+}
+
+/// Binds `addr`, which the configuration names under `key`.
+pub(crate) async fn bind(
+    key: &'static str,
+    addr: &str,
+) -> Result<(TcpListener, SocketAddr), GatewayError> {
+    let failed = |source| GatewayError::Listen {
+        key,
+        addr: addr.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
+    Ok((listener, local))
+}
+
+impl Listeners {
+    /// Binds `[gateway] listen` and, if set, `[gateway] metrics_listen` (port 0 picks a free
+    /// one).
+    pub async fn bind(config: &Config) -> Result<Self, GatewayError> {
+        let g = gateway_section(config)?;
+        let s3 = bind("[gateway] listen", &g.listen).await?;
+        let metrics = match &g.metrics_listen {
+            Some(m) => Some(bind("[gateway] metrics_listen", m).await?),
+            None => None,
+        };
+        Ok(Self { s3, metrics })
+    }
+
+    /// Where S3 will be served.
+    pub fn s3_addr(&self) -> SocketAddr {
+        self.s3.1
+    }
+
+    /// Where `/metrics`, `/healthz` and `/readyz` will be served.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics.as_ref().map(|m| m.1)
+    }
+}
+
 /// An opened (reconciled, not yet serving) gateway.
 pub struct Gateway {
     front: Front,
     control: Control,
-    listen: String,
-    metrics_listen: Option<String>,
+    config: Config,
     pub summary: ReconcileSummary,
 }
 
@@ -58,9 +102,17 @@ impl Gateway {
         })?;
         let (catalog, report) = {
             let path = g.data_dir.join("meta.redb");
-            tokio::task::spawn_blocking(move || Catalog::open(&path))
+            let opening = path.clone();
+            tokio::task::spawn_blocking(move || Catalog::open(&opening))
                 .await
-                .map_err(|e| GatewayError::Join(e.to_string()))??
+                .map_err(|e| GatewayError::Join(e.to_string()))?
+                .map_err(|e| {
+                    if crate::catalog_locked(&e) {
+                        GatewayError::CatalogLocked { path }
+                    } else {
+                        GatewayError::Catalog(e)
+                    }
+                })?
         };
         crate::set_tenant_limits(catalog.ledger(), config);
         let grain = g
@@ -141,8 +193,7 @@ impl Gateway {
         Ok(Self {
             front,
             control,
-            listen: g.listen.clone(),
-            metrics_listen: g.metrics_listen.clone(),
+            config: config.clone(),
             summary,
         })
     }
@@ -151,35 +202,32 @@ impl Gateway {
         &self.front
     }
 
-    /// Binds the configured address (port 0 picks a free one) and serves in the background.
+    /// Binds the configured addresses (port 0 picks a free one) and serves in the background.
     pub async fn start(self) -> Result<Running, GatewayError> {
-        let listener =
-            TcpListener::bind(&self.listen)
-                .await
-                .map_err(|source| GatewayError::Listen {
-                    addr: self.listen.clone(),
-                    source,
-                })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| GatewayError::Listen {
-                addr: self.listen.clone(),
-                source,
-            })?;
+        let listeners = Listeners::bind(&self.config).await?;
+        Ok(self.start_on(listeners))
+    }
+
+    /// Serves in the background on listeners bound beforehand ([`Listeners::bind`]).
+    pub fn start_on(self, listeners: Listeners) -> Running {
+        let Listeners {
+            s3: (listener, addr),
+            metrics,
+        } = listeners;
         let service = sluice_s3::service(self.front, &self.control.tenants);
         let (tx, rx) = watch::channel(false);
-        let metrics_addr = match &self.metrics_listen {
-            None => None,
-            Some(m) => Some(self.control.clone().serve_metrics(m, rx.clone()).await?.0),
-        };
+        let metrics_addr = metrics.map(|(l, a)| {
+            self.control.clone().serve_metrics(l, rx.clone());
+            a
+        });
         let task = tokio::spawn(serve_http(listener, service, HEADER_READ_TIMEOUT, rx));
-        Ok(Running {
+        Running {
             addr,
             metrics_addr,
             control: self.control,
             shutdown: tx,
             task,
-        })
+        }
     }
 }
 

@@ -49,7 +49,19 @@ enum Command {
     Bench(cmd::bench::Command),
 }
 
-fn main() -> anyhow::Result<()> {
+/// A failure is one line on stderr, its causes joined by `: ` (no backtrace: it is the
+/// operator's to read, not a developer's), and exit status 1.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     logging::init(cli.log_format)?;
     match cli.command {

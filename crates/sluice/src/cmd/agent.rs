@@ -39,9 +39,20 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             };
             let config = Config::load(path)?;
             super::runtime()?.block_on(async {
-                let running = start(&config).await?;
+                let listeners =
+                    sluice_agent::Listeners::bind(&config)
+                        .await
+                        .map_err(|e| match &e {
+                            sluice_agent::AgentError::Listen { .. } => {
+                                anyhow::anyhow!("{e}; change it in {}", path.display())
+                            }
+                            _ => e.into(),
+                        })?;
+                let running = open(&config).await?.start_on(listeners);
+                log_listening(&running);
                 let reload = super::Reload {
                     path: Some(path),
+                    adjust: None,
                     gateway: None,
                     agent: Some(&running.control),
                 };
@@ -54,8 +65,8 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
     }
 }
 
-/// Opens, reconciles and starts the agent, logging where it listens.
-pub async fn start(config: &Config) -> anyhow::Result<sluice_agent::Running> {
+/// Opens and reconciles the agent (it serves nothing yet).
+pub async fn open(config: &Config) -> anyhow::Result<Agent> {
     let agent = Agent::open(config).await.context("starting the agent")?;
     let s = &agent.summary;
     tracing::info!(
@@ -64,9 +75,18 @@ pub async fn start(config: &Config) -> anyhow::Result<sluice_agent::Running> {
         missing = s.missing.len(),
         "reconciled with the node's disk"
     );
-    let running = agent.start().await?;
-    tracing::info!(addr = %running.addr, status = ?running.status_addr, "agent listening");
+    Ok(agent)
+}
+
+/// Opens, reconciles and starts the agent, logging where it listens.
+pub async fn start(config: &Config) -> anyhow::Result<sluice_agent::Running> {
+    let running = open(config).await?.start().await?;
+    log_listening(&running);
     Ok(running)
+}
+
+fn log_listening(running: &sluice_agent::Running) {
+    tracing::info!(addr = %running.addr, status = ?running.status_addr, "agent listening");
 }
 
 fn status(path: &Path, metrics: bool) -> anyhow::Result<()> {

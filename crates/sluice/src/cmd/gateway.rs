@@ -1,10 +1,12 @@
-//! `sluice gateway --config FILE`: serve the shared-tier S3 endpoint until SIGINT/SIGTERM.
+//! `sluice gateway --config FILE`: serve the shared-tier S3 endpoint until SIGINT/SIGTERM;
+//! SIGHUP reloads the tenants' settings from FILE. The listeners are bound before the
+//! catalog is opened, so that an address in use fails the start before anything is created.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use sluice_config::Config;
-use sluice_gateway::Gateway;
+use sluice_gateway::{Gateway, GatewayError, Listeners};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -16,13 +18,20 @@ pub struct Args {
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let config = Config::load(&args.config)?;
     super::runtime()?.block_on(async {
-        let running = start(&config).await?;
+        let listeners = Listeners::bind(&config).await.map_err(|e| match &e {
+            GatewayError::Listen { .. } => {
+                anyhow::anyhow!("{e}; change it in {}", args.config.display())
+            }
+            _ => e.into(),
+        })?;
+        let running = open(&config).await?.start_on(listeners);
+        log_listening(&running);
         super::until_signal(running, Some(&args.config)).await
     })
 }
 
-/// Opens, reconciles and starts the gateway, printing where it listens.
-pub async fn start(config: &Config) -> anyhow::Result<sluice_gateway::Running> {
+/// Opens and reconciles the gateway (it serves nothing yet).
+pub async fn open(config: &Config) -> anyhow::Result<Gateway> {
     let gateway = Gateway::open(config)
         .await
         .context("starting the gateway")?;
@@ -34,10 +43,19 @@ pub async fn start(config: &Config) -> anyhow::Result<sluice_gateway::Running> {
         usage_fixed = s.usage_fixed.len(),
         "reconciled with the backend"
     );
-    let running = gateway.start().await?;
+    Ok(gateway)
+}
+
+/// Opens, reconciles and starts the gateway, logging where it listens.
+pub async fn start(config: &Config) -> anyhow::Result<sluice_gateway::Running> {
+    let running = open(config).await?.start().await?;
+    log_listening(&running);
+    Ok(running)
+}
+
+fn log_listening(running: &sluice_gateway::Running) {
     tracing::info!(addr = %running.addr, "gateway listening");
     if let Some(m) = running.metrics_addr {
-        tracing::info!(addr = %m, "metrics at /metrics");
+        tracing::info!(addr = %m, "/metrics, /healthz and /readyz served");
     }
-    Ok(running)
 }

@@ -18,9 +18,10 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 
 /// What SIGHUP reloads in this process: the gateway's and the agent's tenant settings
 /// (credentials, quotas, rates), from the configuration file the process was started with.
-#[derive(Default)]
 pub struct Reload<'a> {
     pub path: Option<&'a std::path::Path>,
+    /// What the command line overrides in the file (`sluice up`'s listen flags).
+    pub adjust: Option<&'a (dyn Fn(&mut sluice_config::Config) + Sync)>,
     pub gateway: Option<&'a sluice_gateway::Control>,
     pub agent: Option<&'a sluice_agent::Control>,
 }
@@ -36,13 +37,16 @@ impl Reload<'_> {
             );
             return;
         };
-        let config = match sluice_config::Config::load(path) {
+        let mut config = match sluice_config::Config::load(path) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(file = %path.display(), error = %e, "reload refused: invalid configuration; the old one stays");
                 return;
             }
         };
+        if let Some(adjust) = self.adjust {
+            adjust(&mut config);
+        }
         if let Some(agent) = self.agent
             && let Err(e) = agent.check(&config)
         {
@@ -87,6 +91,7 @@ pub async fn until_signal(
 ) -> anyhow::Result<()> {
     let reload = Reload {
         path: config_path,
+        adjust: None,
         gateway: Some(&running.control),
         agent: None,
     };
