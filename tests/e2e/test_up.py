@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from harness import free_port, sluice_bin, wait_for_port
+from harness import ROOT, free_port, sluice_bin, wait_for_port
 
 KEYS = {
     "--gateway-listen": "[gateway] listen",
@@ -61,3 +61,54 @@ def test_a_second_up_in_the_same_directory_names_the_catalog_another_sluice_hold
     finally:
         first.send_signal(signal.SIGTERM)
         first.wait(timeout=30)
+
+
+def test_sighup_reloads_both_processes_of_up_with_its_flags_kept(tmp_path):
+    """A tenant added to `sluice up`'s file writes through the agent and reaches the gateway
+    after SIGHUP; the listen flags still apply to the reloaded file (so it is not refused as
+    a change of address)."""
+    import time
+
+    from botocore.exceptions import ClientError
+
+    from harness import s3_client
+
+    config = tmp_path / "sluice.toml"
+    config.write_text((ROOT / "examples" / "sluice.toml").read_text())
+    ports = {flag: free_port() for flag in KEYS}
+    log = tmp_path / "up.log"
+    with open(log, "wb") as out:
+        up = subprocess.Popen([sluice_bin(), "up", "--config", str(config), *up_args(ports)],
+                              cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port(ports["--agent-listen"], up)
+        agent = f"http://127.0.0.1:{ports['--agent-listen']}"
+        gateway = f"http://127.0.0.1:{ports['--gateway-listen']}"
+        carol = ("AKIDCAROL000000TEST", "carol-secret-0123456789")
+        with pytest.raises(ClientError):
+            s3_client(agent, *carol).create_bucket(Bucket="carol-ckpt")
+        config.write_text(config.read_text() + (
+            '\n[[tenant]]\nid = "carol"\n'
+            f'access_key = "{carol[0]}"\nsecret_key = "{carol[1]}"\ncapacity = "1GiB"\n'))
+        up.send_signal(signal.SIGHUP)
+        deadline = time.monotonic() + 30
+        while log.read_text().count("configuration reloaded") < 2:
+            assert time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        assert "refused" not in log.read_text(), log.read_text()[-2000:]
+        node = s3_client(agent, *carol)
+        node.create_bucket(Bucket="carol-ckpt")
+        node.put_object(Bucket="carol-ckpt", Key="k", Body=b"through the node")
+        shared = s3_client(gateway, *carol)
+        while True:  # drained: an observable condition, polled
+            try:
+                body = shared.get_object(Bucket="carol-ckpt", Key="k")["Body"].read()
+                break
+            except ClientError:
+                assert time.monotonic() < deadline + 60, log.read_text()[-2000:]
+                time.sleep(0.1)
+        assert body == b"through the node"
+        assert up.poll() is None
+    finally:
+        up.send_signal(signal.SIGTERM)
+        up.wait(timeout=30)
