@@ -61,6 +61,14 @@ impl Tenants {
     }
 }
 
+/// S3's refusal of an access key it does not know, in S3's words.
+fn invalid_access_key() -> s3s::S3Error {
+    s3s::S3Error::with_message(
+        s3s::S3ErrorCode::InvalidAccessKeyId,
+        "The AWS access key Id you provided does not exist in our records.",
+    )
+}
+
 /// The secret-key lookup s3s verifies signatures with.
 pub struct TenantAuth(pub Arc<Tenants>);
 
@@ -70,7 +78,7 @@ impl S3Auth for TenantAuth {
         self.0
             .get(access_key)
             .map(|k| SecretKey::from(k.secret_key))
-            .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))
+            .ok_or_else(invalid_access_key)
     }
 }
 
@@ -141,7 +149,7 @@ pub fn sigv4_tenant(
     }
     let key = tenants
         .get(&creds.access_key)
-        .ok_or_else(|| s3_error!(InvalidAccessKeyId, "the access key does not exist"))?;
+        .ok_or_else(invalid_access_key)?;
     sluice_serve::request::set_tenant(&key.tenant);
     Ok(key)
 }
