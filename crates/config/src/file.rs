@@ -22,6 +22,8 @@ pub struct FileGateway {
     pub metrics_listen: Option<String>,
     pub max_object_size: Option<ByteSize>,
     pub capacity: Option<FileCapacity>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -60,6 +62,9 @@ pub struct FileAgent {
     pub upstream: Option<String>,
     pub upstream_region: Option<String>,
     pub status_listen: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+    pub upstream_ca: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -62,6 +62,16 @@ pub struct GatewayConfig {
     pub throttle: Option<Capacity>,
     /// Largest single object body accepted by PutObject or UploadPart.
     pub max_object_size: u64,
+    /// `tls_cert` and `tls_key`: the S3 listener speaks TLS with this certificate.
+    pub tls: Option<TlsFiles>,
+}
+
+/// A listener's certificate chain and private key, PEM files (`tls_cert`, `tls_key`); read
+/// and checked when the listener starts and on every reload, not here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 /// What the shared tier can serve, handed out by the throughput scheduler.
@@ -124,6 +134,11 @@ pub struct AgentConfig {
     /// The region the agent signs its upstream requests for (SigV4).
     pub upstream_region: String,
     pub status_listen: Option<String>,
+    /// `tls_cert` and `tls_key`: the S3 listener speaks TLS with this certificate.
+    pub tls: Option<TlsFiles>,
+    /// `upstream_ca`: a PEM file of CA certificates trusted for an `https://` upstream, in
+    /// addition to the system's roots.
+    pub upstream_ca: Option<PathBuf>,
 }
 
 /// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).

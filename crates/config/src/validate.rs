@@ -6,7 +6,7 @@ use std::path::Path;
 use crate::file::{FileConfig, FileRetention, FileTenant};
 use crate::{
     AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, Device,
-    GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant,
+    GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant, TlsFiles,
 };
 
 const GIB: u64 = 1024 * 1024 * 1024;
@@ -87,6 +87,12 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                     "must be positive",
                 ));
             }
+            let tls = tls_files(
+                "gateway",
+                g.tls_cert.as_deref(),
+                g.tls_key.as_deref(),
+                &resolve,
+            )?;
             Some(GatewayConfig {
                 listen: g.listen.unwrap_or_else(|| "127.0.0.1:9000".to_owned()),
                 data_dir: resolve(g.data_dir.as_deref().unwrap_or("./data/gateway")),
@@ -94,6 +100,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 metrics_listen: g.metrics_listen,
                 max_object_size,
                 throttle: capacity,
+                tls,
             })
         }
     };
@@ -144,15 +151,25 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         },
     };
 
-    let agent = file.agent.map(|a| AgentConfig {
-        listen: a.listen.unwrap_or_else(|| "127.0.0.1:9100".to_owned()),
-        data_dir: resolve(a.data_dir.as_deref().unwrap_or("./data/agent")),
-        upstream: a
-            .upstream
-            .unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
-        upstream_region: a.upstream_region.unwrap_or_else(|| "us-east-1".to_owned()),
-        status_listen: a.status_listen,
-    });
+    let agent = match file.agent {
+        None => None,
+        Some(a) => Some(AgentConfig {
+            tls: tls_files(
+                "agent",
+                a.tls_cert.as_deref(),
+                a.tls_key.as_deref(),
+                &resolve,
+            )?,
+            listen: a.listen.unwrap_or_else(|| "127.0.0.1:9100".to_owned()),
+            data_dir: resolve(a.data_dir.as_deref().unwrap_or("./data/agent")),
+            upstream: a
+                .upstream
+                .unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
+            upstream_region: a.upstream_region.unwrap_or_else(|| "us-east-1".to_owned()),
+            status_listen: a.status_listen,
+            upstream_ca: a.upstream_ca.as_deref().map(&resolve),
+        }),
+    };
     if let Some(a) = &agent
         && !(a.upstream.starts_with("http://") || a.upstream.starts_with("https://"))
     {
@@ -202,6 +219,30 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
 }
 
 /// Reservations are promises: their sum must fit what the tier can serve.
+/// `tls_cert` and `tls_key` of `section`: both (paths resolved like every other) or neither.
+fn tls_files(
+    section: &str,
+    cert: Option<&str>,
+    key: Option<&str>,
+    resolve: &impl Fn(&str) -> std::path::PathBuf,
+) -> Result<Option<TlsFiles>, ConfigError> {
+    match (cert, key) {
+        (None, None) => Ok(None),
+        (Some(cert), Some(key)) => Ok(Some(TlsFiles {
+            cert: resolve(cert),
+            key: resolve(key),
+        })),
+        (Some(_), None) => Err(ConfigError::invalid(
+            format!("{section}.tls_key"),
+            format!("required with {section}.tls_cert: the certificate's private key (PEM)"),
+        )),
+        (None, Some(_)) => Err(ConfigError::invalid(
+            format!("{section}.tls_cert"),
+            format!("required with {section}.tls_key: the certificate chain (PEM)"),
+        )),
+    }
+}
+
 pub(crate) fn check_reservations(
     tenants: &[Tenant],
     capacity: Capacity,
@@ -419,5 +460,30 @@ mod tests {
         .expect_err("must fail")
         .to_string();
         assert!(err.contains("limit"), "{err}");
+    }
+
+    #[test]
+    fn tls_needs_both_a_certificate_and_a_key_and_resolves_their_paths() {
+        let c = parse("[gateway]\ntls_cert = \"c.pem\"\ntls_key = \"/k.pem\"\n").expect("valid");
+        let tls = c.gateway.expect("gateway").tls.expect("tls");
+        assert_eq!(tls.cert, Path::new("/etc/sluice/c.pem"));
+        assert_eq!(tls.key, Path::new("/k.pem"));
+        let err = parse("[gateway]\ntls_cert = \"c.pem\"\n").expect_err("no key");
+        assert!(
+            err.to_string().starts_with("gateway.tls_key: required"),
+            "{err}"
+        );
+        let err = parse("[agent]\ntls_key = \"k.pem\"\n").expect_err("no cert");
+        assert!(
+            err.to_string().starts_with("agent.tls_cert: required"),
+            "{err}"
+        );
+        let c = parse("[agent]\nupstream_ca = \"ca.pem\"\n").expect("valid");
+        let a = c.agent.expect("agent");
+        assert_eq!(
+            a.upstream_ca.as_deref(),
+            Some(Path::new("/etc/sluice/ca.pem"))
+        );
+        assert!(a.tls.is_none());
     }
 }
