@@ -1,7 +1,8 @@
 //! Serving HTTP for both processes, the gateway and the node agent: the accept loop
 //! ([`serve_http`]), the reads under hyper ([`framing`]), the writes under hyper
-//! ([`sendfile`]), the connection rules S3 clients need ([`connection`]) and what each
-//! request is to its client and to the logs: an id, a span, one line ([`request`]).
+//! ([`sendfile`]), the connection rules S3 clients need ([`connection`]), TLS with a
+//! certificate reloadable while serving ([`tls`]) and what each request is to its client and
+//! to the logs: an id, a span, one line ([`request`]).
 //!
 //! # The contract with hyper
 //!
@@ -28,14 +29,16 @@
 //!    are copied, never lost (`tests/in_phase.rs`).
 //!
 //! A placeholder must never leave as zeros: anything that reads the bytes between hyper and
-//! the socket (TLS, say) must not be offered a lane, and HTTP/2 never is ([`sendfile::WithLane`]).
+//! the socket (TLS, say) must not be offered a lane, and HTTP/2 never is ([`sendfile::WithLane`]);
+//! a TLS connection never is either ([`serve`]).
 
 pub mod connection;
 pub mod framing;
 mod listener;
 pub mod request;
 pub mod sendfile;
+pub mod tls;
 
 pub use connection::{HEADER_SECTION_MAX, HttpService};
-pub use listener::{HEADER_READ_TIMEOUT, serve_http};
+pub use listener::{HEADER_READ_TIMEOUT, serve, serve_http};
 pub use request::{DEFAULT_LOG_FILTER, RequestId};

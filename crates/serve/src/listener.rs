@@ -1,5 +1,6 @@
 //! The accept loop of every listener of the gateway and the node agent.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming;
@@ -11,6 +12,7 @@ use tokio::sync::watch;
 
 use crate::framing::PageReads;
 use crate::sendfile::{SendfileLane, SendfileSocket, WithLane};
+use crate::tls::ServerTls;
 
 /// Requests in flight at shutdown get this long to finish.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -26,9 +28,31 @@ pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 /// within `header_timeout` ([`HEADER_READ_TIMEOUT`]); HTTP/2 peers that stop answering pings
 /// are dropped. Reads end on pages of request bodies ([`PageReads`]), so that large bodies
 /// reach the local disk without a copy; HTTP/1 GET bodies leave it by `sendfile`
-/// ([`SendfileSocket`]). Every listener of the gateway and the node agent.
+/// ([`SendfileSocket`]). Every plain listener of the gateway and the node agent.
 pub async fn serve_http<S, B>(
     listener: TcpListener,
+    service: S,
+    header_timeout: Duration,
+    stop: watch::Receiver<bool>,
+) where
+    S: hyper::service::Service<http::Request<Incoming>, Response = http::Response<B>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    serve(listener, None, service, header_timeout, stop).await;
+}
+
+/// [`serve_http`], over TLS when `tls` is given: the handshake (within `header_timeout`) in
+/// the connection's own task, HTTP/2 by ALPN, and no sendfile lane (see [`crate::tls`]).
+pub async fn serve<S, B>(
+    listener: TcpListener,
+    tls: Option<ServerTls>,
     service: S,
     header_timeout: Duration,
     mut stop: watch::Receiver<bool>,
@@ -52,11 +76,12 @@ pub async fn serve_http<S, B>(
     http.http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(header_timeout);
+    let http = Arc::new(http);
     let graceful = GracefulShutdown::new();
     loop {
         tokio::select! {
             accepted = listener.accept() => {
-                let (sock, _) = match accepted {
+                let (sock, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         tracing::warn!(error = %e, "accept failed");
@@ -64,14 +89,40 @@ pub async fn serve_http<S, B>(
                     }
                 };
                 let _ = sock.set_nodelay(true);
+                let watcher = graceful.watcher();
+                let http = Arc::clone(&http);
+                let service = service.clone();
+                if let Some(tls) = &tls {
+                    let acceptor = tls.acceptor();
+                    tokio::spawn(async move {
+                        let handshake = tokio::time::timeout(header_timeout, acceptor.accept(sock));
+                        let sock = match handshake.await {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                        // rustls reads every byte hyper writes: no lane (see `sendfile`).
+                        let io = TokioIo::new(PageReads::new(sock));
+                        let conn = watcher.watch(http.serve_connection(io, service).into_owned());
+                        if let Err(e) = conn.await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                    });
+                    continue;
+                }
                 // hyper must write straight into the `SendfileSocket` that holds this lane:
                 // anything between them that reads the bytes (TLS, say) would read the
                 // placeholders' zeros, so such a connection must not be offered a lane.
                 let lane = SendfileLane::default();
                 let io = TokioIo::new(PageReads::new(SendfileSocket::new(sock, lane.clone())));
-                let service = WithLane { inner: service.clone(), lane };
-                let conn = http.serve_connection(io, service).into_owned();
-                let conn = graceful.watch(conn);
+                let service = WithLane { inner: service, lane };
+                let conn = watcher.watch(http.serve_connection(io, service).into_owned());
                 tokio::spawn(async move {
                     if let Err(e) = conn.await {
                         tracing::debug!(error = %e, "connection ended with an error");
