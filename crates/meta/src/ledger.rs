@@ -50,13 +50,14 @@ pub struct Ledger {
 /// One more object (or upload) counted for a write in progress: taken inside the catalog
 /// transaction that adds the record, kept once it commits, given back if dropped before.
 #[derive(Debug)]
-pub(crate) struct ObjectSlot {
+pub struct ObjectSlot {
     account: Shared,
     kept: bool,
 }
 
 impl ObjectSlot {
-    pub(crate) fn keep(mut self) {
+    /// The record it counted has committed: keep the count.
+    pub fn keep(mut self) {
         self.kept = true;
     }
 }
@@ -119,14 +120,14 @@ impl Ledger {
     }
 
     /// How many buckets a tenant may own (`u64::MAX`: any, or an unknown tenant).
-    pub(crate) fn max_buckets(&self, tenant: &str) -> u64 {
+    pub fn max_buckets(&self, tenant: &str) -> u64 {
         self.account(tenant)
             .map_or(u64::MAX, |a| lock(&a).max_buckets)
     }
 
     /// Sets a tenant's committed usage and object count, as recovered from the catalog at
     /// start-up.
-    pub(crate) fn set_used(&self, tenant: &str, used: u64, objects: u64) {
+    pub fn set_used(&self, tenant: &str, used: u64, objects: u64) {
         let account = self.account_or_insert(tenant);
         let mut a = lock(&account);
         a.used = used;
@@ -134,7 +135,7 @@ impl Ledger {
     }
 
     /// Counts one more object or upload, or fails with `TooManyObjects`.
-    pub(crate) fn take_object(&self, tenant: &str) -> Result<ObjectSlot> {
+    pub fn take_object(&self, tenant: &str) -> Result<ObjectSlot> {
         let account = self.account(tenant)?;
         {
             let mut a = lock(&account);
@@ -184,8 +185,17 @@ impl Ledger {
         out
     }
 
+    /// Counts committed bytes and objects that arrived without a reservation (a restore from
+    /// the backend), adding the tenant if new.
+    pub fn add(&self, tenant: &str, bytes: u64, objects: u64) {
+        let account = self.account_or_insert(tenant);
+        let mut a = lock(&account);
+        a.used = a.used.saturating_add(bytes);
+        a.objects = a.objects.saturating_add(objects);
+    }
+
     /// Gives back committed bytes and object slots (a delete, an abort, a replaced object).
-    pub(crate) fn free(&self, tenant: &str, bytes: u64, objects: u64) {
+    pub fn free(&self, tenant: &str, bytes: u64, objects: u64) {
         if bytes == 0 && objects == 0 {
             return;
         }
@@ -232,7 +242,7 @@ impl Reservation {
     /// Converts the reservation into `added` bytes of usage and gives `freed` bytes back, in
     /// one step under the tenant's lock. `added` beyond the reservation is still counted
     /// (the catalog is the truth), but callers reserve first so it never is.
-    pub(crate) fn settle(mut self, added: u64, freed: u64) {
+    pub fn settle(mut self, added: u64, freed: u64) {
         let mut a = lock(&self.account);
         a.reserved = a.reserved.saturating_sub(self.bytes);
         a.used = a.used.saturating_add(added).saturating_sub(freed);

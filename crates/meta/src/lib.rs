@@ -35,15 +35,23 @@
 //! blocking thread.
 
 mod catalog;
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 mod hook;
 mod keys;
 mod ledger;
 mod record;
 
-pub use catalog::{Catalog, Entry, ListPage, ListQuery, PartSpec, ReconcileReport};
+pub use catalog::{
+    Catalog, Engine, Entry, ListPage, ListQuery, MIN_PART_SIZE, PartSpec, ReconcileReport,
+    RedbCatalog, assemble_upload,
+};
 pub use hook::{Change, CommitHook};
-pub use ledger::{Ledger, Reservation};
-pub use record::{ObjectRecord, PartRecord, Precondition, Segment, UploadRecord};
+pub use ledger::{Ledger, ObjectSlot, Reservation};
+pub use record::{
+    ObjectRecord, PartRecord, Precondition, Segment, UploadRecord, decode_object,
+    decode_object_with_body, encode_object, next_version,
+};
 pub use redb;
 
 /// Why a metadata operation failed.
@@ -83,6 +91,16 @@ pub enum MetaError {
     PreconditionFailed,
     #[error("metadata store: {0}")]
     Storage(#[from] redb::Error),
+    /// A shared catalog's database failed (connection, query, or a transaction still in
+    /// conflict after its retries).
+    #[error("catalog database: {0}")]
+    Database(Box<dyn std::error::Error + Send + Sync>),
+    /// The shared catalog's schema was migrated by a newer sluice than this one.
+    #[error(
+        "the catalog database's schema is version {found}, newer than the {known} this sluice \
+         knows: upgrade this gateway (or migrate the database back) before starting it"
+    )]
+    SchemaTooNew { found: i64, known: i64 },
     #[error("corrupt metadata record: {0}")]
     Corrupt(String),
     /// A caller handed the catalog a record that contradicts itself (a bug, not bad input).

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 
-use redb::ReadableTable;
 use serde::{Deserialize, Serialize};
 
 use crate::{MetaError, Result};
@@ -53,6 +52,26 @@ pub struct ObjectRecord {
     /// Number of parts for a multipart object (for `x-amz-mp-parts-count`), else 0.
     #[serde(default)]
     pub parts: u32,
+    /// The record's version at its key, set by the catalog in the transaction that commits
+    /// it: `max(previous.version + 1, now in microseconds)`, so monotonic per key with no
+    /// global counter (see [`next_version`]). Records written before versions existed read
+    /// as 0. What a caller sets before a commit is ignored.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub version: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// The version a commit gives a key whose current record has version `previous` (`None`: no
+/// record): `max(previous + 1, now in microseconds since the Unix epoch)`.
+pub fn next_version(previous: Option<u64>) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    previous.map_or(now, |p| now.max(p.saturating_add(1)))
 }
 
 impl ObjectRecord {
@@ -73,7 +92,7 @@ pub(crate) fn to_json<T: Serialize>(v: &T) -> Vec<u8> {
 
 /// The stored value of an object: its record, and its body if it is inline. `body` must be
 /// present exactly when `rec.inline` is set, with `rec.size` bytes and no segments.
-pub(crate) fn encode_object(rec: &ObjectRecord, body: Option<&[u8]>) -> Result<Vec<u8>> {
+pub fn encode_object(rec: &ObjectRecord, body: Option<&[u8]>) -> Result<Vec<u8>> {
     let Some(body) = body else {
         if rec.inline {
             return Err(MetaError::Inconsistent("an inline object without its body"));
@@ -126,12 +145,12 @@ fn split_object(value: &[u8]) -> Result<(ObjectRecord, Option<&[u8]>)> {
 }
 
 /// An object's record from its stored value, without copying an inline body.
-pub(crate) fn decode_object(value: &[u8]) -> Result<ObjectRecord> {
+pub fn decode_object(value: &[u8]) -> Result<ObjectRecord> {
     split_object(value).map(|(rec, _)| rec)
 }
 
 /// An object's record and, if it is inline, a copy of its body.
-pub(crate) fn decode_object_with_body(value: &[u8]) -> Result<(ObjectRecord, Option<Vec<u8>>)> {
+pub fn decode_object_with_body(value: &[u8]) -> Result<(ObjectRecord, Option<Vec<u8>>)> {
     split_object(value).map(|(rec, body)| (rec, body.map(<[u8]>::to_vec)))
 }
 
@@ -182,25 +201,8 @@ pub enum Precondition {
 }
 
 impl Precondition {
-    /// Checks the condition against the object now at `key` in `objects` (read only when
-    /// there is a condition).
-    pub(crate) fn check_at(
-        &self,
-        objects: &redb::Table<'_, &[u8], &[u8]>,
-        key: &[u8],
-    ) -> Result<()> {
-        if *self == Self::None {
-            return Ok(());
-        }
-        let current = objects
-            .get(key)?
-            .map(|v| decode_object(v.value()))
-            .transpose()?;
-        self.check(current.as_ref())
-    }
-
     /// `Ok` when `current` (the object now at the key) satisfies the condition.
-    pub(crate) fn check(&self, current: Option<&ObjectRecord>) -> Result<()> {
+    pub fn check(&self, current: Option<&ObjectRecord>) -> Result<()> {
         let holds = match self {
             Self::None => true,
             Self::IfAbsent => current.is_none(),

@@ -140,9 +140,11 @@ pub fn to_s3(e: ApiError) -> S3Error {
             }
             MetaError::UnknownTenant => with(C::AccessDenied, "access denied"),
             MetaError::PreconditionFailed => with(C::PreconditionFailed, msg),
-            MetaError::Storage(_) | MetaError::Corrupt(_) | MetaError::Inconsistent(_) => {
-                internal(&msg)
-            }
+            MetaError::Storage(_)
+            | MetaError::Database(_)
+            | MetaError::SchemaTooNew { .. }
+            | MetaError::Corrupt(_)
+            | MetaError::Inconsistent(_) => internal(&msg),
         },
         ApiError::Backend(b) => match b {
             object_store::Error::NotFound { .. } => {

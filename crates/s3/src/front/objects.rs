@@ -295,13 +295,13 @@ impl Front {
             .meta(move |c| c.put_object_if(&t, &b, &k, &r, inline.as_deref(), reservation, &cond))
             .await
         {
-            Ok(replaced) => {
+            Ok((version, replaced)) => {
                 if let Some(old) = replaced {
                     self.blobs()
                         .delete(tenant, old.segments.into_iter().map(|s| s.blob))
                         .await;
                 }
-                Ok(rec)
+                Ok(ObjectRecord { version, ..rec })
             }
             Err(e) => {
                 self.blobs()
@@ -818,6 +818,7 @@ fn new_object(
         segments,
         inline: inline.is_some(),
         parts: 0,
+        version: 0,
     };
     (rec, inline)
 }
