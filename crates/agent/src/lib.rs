@@ -10,7 +10,8 @@
 //! HEAD before anything is marked durable; local copies are evicted only once durable.
 //! [`node`] is upstream as the front's tier, for the reads it merges; [`status`] reports.
 //!
-//! Start-up order: bind every listener ([`Listeners::bind`]: an address in use fails the
+//! Start-up order: read the S3 listener's certificate if `tls_cert` and `tls_key` are set, and
+//! bind every listener ([`Listeners::bind`]: a bad certificate or an address in use fails the
 //! start before anything is created, naming the config key), open the catalog (usage
 //! recomputed; one another process holds is refused as [`AgentError::CatalogLocked`]),
 //! reconcile it with the local blobs (orphans of interrupted writes deleted, exactly as on
@@ -19,10 +20,11 @@
 //! Reload ([`Control::reload`], on SIGHUP) is a validated swap, as on the gateway: the new
 //! file has been parsed and checked as a whole before anything changes; then the tenants'
 //! keys (the S3 listener's and the upstream's), local quotas, bucket limits, drain policies
-//! (rate, limit, interval), retention and commit markers are replaced, and new tenants
-//! added. A tenant no longer in the file can no longer call the agent, but what it buffered
-//! still drains with its last keys. The listen addresses, the data directory and the
-//! upstream need a restart: a reload that changes them is refused and nothing changes.
+//! (rate, limit, interval), retention and commit markers are replaced, new tenants
+//! added, and the S3 listener's certificate read anew from `tls_cert` and `tls_key` for new
+//! connections (one that does not load refuses the whole reload). A tenant no longer in the file can no longer call the agent, but what it buffered
+//! still drains with its last keys. The listen addresses, the data directory, the upstream
+//! (and its `upstream_ca`) and turning TLS on or off need a restart: a reload that changes them is refused and nothing changes.
 //!
 //! The agent owns no S3 semantics of its own: every operation, the read merge included, is the
 //! gateway's code.
@@ -53,6 +55,7 @@ use crate::journal::{Journal, JournalHook};
 use crate::node::SharedTier;
 use crate::server::{Listener, StatusRoutes};
 use crate::upstream::{Credentials, Upstream, UpstreamStore};
+use sluice_serve::tls::{ServerTls, Staged};
 
 /// Why the agent could not start.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +85,12 @@ pub enum AgentError {
     Join(String),
     #[error("upstream: {0}")]
     Upstream(#[from] upstream::UpstreamError),
+    /// The S3 listener's certificate or key (`tls_cert`, `tls_key`) could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] sluice_serve::tls::TlsError),
+    /// `[agent] upstream_ca` could not be read or holds no certificate.
+    #[error("`[agent] upstream_ca` {}: {problem}", path.display())]
+    UpstreamCa { path: PathBuf, problem: String },
     /// `key` is the configuration key that named the address (`[agent] listen`).
     #[error("cannot listen on {addr} (`{key}`): {source}")]
     Listen {
@@ -103,18 +112,30 @@ impl From<sluice_meta::MetaError> for AgentError {
 pub struct Listeners {
     s3: (tokio::net::TcpListener, SocketAddr),
     status: Option<(tokio::net::TcpListener, SocketAddr)>,
+    /// The S3 listener's certificate (`tls_cert`, `tls_key`), read and checked with the binds.
+    tls: Option<ServerTls>,
 }
 
 impl Listeners {
-    /// Binds `[agent] listen` and, if set, `[agent] status_listen` (port 0: a free one).
+    /// Binds `[agent] listen` and, if set, `[agent] status_listen` (port 0: a free one), and
+    /// reads the S3 listener's certificate if `tls_cert` and `tls_key` are set.
     pub async fn bind(config: &Config) -> Result<Self, AgentError> {
         let a = config.agent.as_ref().ok_or(AgentError::NotConfigured)?;
+        let tls = match &a.tls {
+            Some(files) => Some(ServerTls::load("[agent]", &files.cert, &files.key)?),
+            None => None,
+        };
         let s3 = server::bind_key("[agent] listen", &a.listen).await?;
         let status = match &a.status_listen {
             Some(s) => Some(server::bind_key("[agent] status_listen", s).await?),
             None => None,
         };
-        Ok(Self { s3, status })
+        Ok(Self { s3, status, tls })
+    }
+
+    /// Whether the S3 listener speaks TLS.
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Where S3 will be served.
@@ -136,6 +157,8 @@ pub struct Control {
     upstream: Arc<Upstream>,
     hook: Arc<JournalHook>,
     config: Arc<std::sync::Mutex<Config>>,
+    /// The S3 listener's certificate, when it speaks TLS (set once serving).
+    tls: Option<ServerTls>,
 }
 
 fn tenant_keys(config: &Config) -> Vec<TenantKey> {
@@ -190,7 +213,17 @@ impl Control {
             .config
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        check_fixed(&current, new)
+        check_fixed(&current, new)?;
+        self.staged_certificate(new).map(drop)
+    }
+
+    /// The S3 listener's new certificate read and checked (not yet served), when it speaks TLS.
+    fn staged_certificate(&self, new: &Config) -> Result<Option<Staged>, AgentError> {
+        let files = new.agent.as_ref().and_then(|a| a.tls.as_ref());
+        match (&self.tls, files) {
+            (Some(tls), Some(files)) => Ok(Some(tls.check(&files.cert, &files.key)?)),
+            _ => Ok(None),
+        }
     }
 
     /// Applies a new configuration (see the module doc for what may change).
@@ -200,6 +233,10 @@ impl Control {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         check_fixed(&current, new)?;
+        let staged = self.staged_certificate(new)?;
+        if let (Some(tls), Some(staged)) = (&self.tls, staged) {
+            tls.install(staged);
+        }
         self.hook.set_markers(commit_markers(new));
         set_local_limits(self.drain.journal.catalog(), new);
         self.drain.set_tenants(&new.tenants);
@@ -226,6 +263,11 @@ fn check_fixed(current: &Config, new: &Config) -> Result<(), AgentError> {
         (
             "upstream_region",
             old.upstream_region != next.upstream_region,
+        ),
+        ("upstream_ca", old.upstream_ca != next.upstream_ca),
+        (
+            "tls_cert, tls_key (TLS on or off)",
+            old.tls.is_some() != next.tls.is_some(),
         ),
     ];
     let changed: Vec<&str> = fixed.iter().filter(|f| f.1).map(|f| f.0).collect();
@@ -261,6 +303,11 @@ pub struct Running {
 impl Agent {
     pub async fn open(config: &Config) -> Result<Self, AgentError> {
         let a = config.agent.as_ref().ok_or(AgentError::NotConfigured)?;
+        // Read before anything is created: a bad file fails the start naming its key.
+        let roots = match &a.upstream_ca {
+            Some(path) => upstream_roots(path)?,
+            None => Vec::new(),
+        };
         let objects = a.data_dir.join("objects");
         std::fs::create_dir_all(&objects).map_err(|source| AgentError::DataDir {
             path: objects.clone(),
@@ -315,10 +362,11 @@ impl Agent {
                     .map_err(|e| AgentError::Join(e.to_string()))??,
             )
         };
-        let upstream = Arc::new(Upstream::new(
+        let upstream = Arc::new(Upstream::with_roots(
             &a.upstream,
             &a.upstream_region,
             upstream_credentials(config),
+            &roots,
         )?);
         let front = Front::new(
             catalog,
@@ -353,6 +401,7 @@ impl Agent {
             upstream,
             hook,
             config: Arc::new(std::sync::Mutex::new(config.clone())),
+            tls: None,
         };
         Ok(Self {
             node,
@@ -375,7 +424,10 @@ impl Agent {
         let Listeners {
             s3: (listener, addr),
             status,
+            tls,
         } = listeners;
+        let mut control = self.control;
+        control.tls.clone_from(&tls);
         let (tx, rx) = watch::channel(false);
         let own_status = server::TenantStatusRoute {
             drain: Arc::clone(&self.drain),
@@ -385,9 +437,11 @@ impl Agent {
         // drain's own signature and headers, and must fit the gateway's limit whatever they add.
         let service = sluice_s3::service_with_route(self.node, &self.tenants, own_status)
             .with_header_limit(sluice_serve::HEADER_SECTION_MAX / 2);
-        let mut tasks = vec![tokio::spawn(server::serve(
+        let mut tasks = vec![tokio::spawn(sluice_serve::serve(
             listener,
-            Listener::S3(service),
+            tls,
+            service,
+            sluice_serve::HEADER_READ_TIMEOUT,
             rx.clone(),
         ))];
         let status_addr = status.as_ref().map(|(_, a)| *a);
@@ -406,7 +460,7 @@ impl Agent {
             addr,
             status_addr,
             drain: self.drain,
-            control: self.control,
+            control,
             shutdown: tx,
             tasks,
         }
@@ -432,6 +486,23 @@ impl Running {
     pub fn stopper(&self) -> watch::Sender<bool> {
         self.shutdown.clone()
     }
+}
+
+/// The CA certificates of `[agent] upstream_ca` (a PEM file of one or more).
+fn upstream_roots(path: &std::path::Path) -> Result<Vec<object_store::Certificate>, AgentError> {
+    let refused = |problem: String| AgentError::UpstreamCa {
+        path: path.to_owned(),
+        problem,
+    };
+    let pem = std::fs::read(path).map_err(|e| refused(format!("cannot read: {e}")))?;
+    let roots = object_store::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| refused(format!("not a PEM certificate bundle: {e}")))?;
+    if roots.is_empty() {
+        return Err(refused(
+            "no certificate in the file (expected PEM `BEGIN CERTIFICATE` sections)".into(),
+        ));
+    }
+    Ok(roots)
 }
 
 /// Logs a warning when the tenants' local quotas add up to more than the node's disk can hold

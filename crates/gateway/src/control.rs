@@ -9,8 +9,11 @@
 //!
 //! Reload is a validated swap: the new file is parsed and checked as a whole (reservations
 //! against capacity included) before anything changes; then credentials, quotas and dmClock
-//! parameters are replaced. Listen addresses, the backend and the capacity are not reloadable
-//! (they need a restart) and a reload that changes them is refused.
+//! parameters are replaced, and the S3 listener's certificate is read anew from `tls_cert` and
+//! `tls_key` (a certificate that does not load refuses the whole reload; new connections get
+//! the new one). Listen addresses, the backend, the capacity and whether the listener speaks
+//! TLS at all are not reloadable (they need a restart) and a reload that changes them is
+//! refused.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -23,6 +26,7 @@ use sluice_config::Config;
 use sluice_meta::Catalog;
 use sluice_metrics::{Gauge, Metrics};
 use sluice_s3::Tenants;
+use sluice_serve::tls::ServerTls;
 use sluice_throttle::{TenantSpec, Throttle};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -42,6 +46,8 @@ pub struct Control {
     pub(crate) throttle: Option<Arc<Throttle>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Arc<std::sync::Mutex<Config>>,
+    /// The S3 listener's certificate, when it speaks TLS (set once serving).
+    pub(crate) tls: Option<ServerTls>,
 }
 
 /// Puts the configured tenants' capacity limits into the ledger: bytes, objects (with uploads
@@ -160,10 +166,24 @@ impl Control {
                     .into(),
             ));
         }
+        let staged = match (&self.tls, &ng.tls) {
+            (None, None) => None,
+            (Some(tls), Some(files)) => Some(tls.check(&files.cert, &files.key)?),
+            // Before serving (no listener yet) the files are read when it starts.
+            (None, Some(_)) if og.tls.is_some() => None,
+            _ => {
+                return Err(GatewayError::Reload(
+                    "turning TLS on or off (tls_cert, tls_key) needs a restart".into(),
+                ));
+            }
+        };
         if let Some(th) = &self.throttle {
             th.update(tenant_specs(&new)?)
                 .await
                 .map_err(|e| GatewayError::Reload(e.to_string()))?;
+        }
+        if let (Some(tls), Some(staged)) = (&self.tls, staged) {
+            tls.install(staged);
         }
         set_tenant_limits(self.catalog.ledger(), &new);
         self.tenants.replace(tenant_keys(&new));

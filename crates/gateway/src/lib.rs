@@ -2,8 +2,9 @@
 //! endpoint.
 //!
 //! Start-up order (each step finishes before the next begins):
-//! 1. bind every listener ([`Listeners::bind`]: S3, and metrics if configured), so that an
-//!    address in use fails the start before anything is created, naming the config key;
+//! 1. read the S3 listener's certificate if `tls_cert` and `tls_key` are set, and bind every
+//!    listener ([`Listeners::bind`]: S3, and metrics if configured), so that a bad certificate
+//!    or an address in use fails the start before anything is created, naming the config key;
 //! 2. open the catalog (`data_dir/meta.redb`), which recomputes every tenant's usage from
 //!    the objects and parts it references (a catalog another process holds is refused as
 //!    [`GatewayError::CatalogLocked`]);
@@ -54,6 +55,9 @@ pub enum GatewayError {
     Reload(String),
     #[error("throughput scheduler: {0}")]
     Throttle(#[from] sluice_throttle::ThrottleError),
+    /// The S3 listener's certificate or key (`tls_cert`, `tls_key`) could not be used.
+    #[error("TLS: {0}")]
+    Tls(#[from] sluice_serve::tls::TlsError),
     /// `key` is the configuration key that named the address (`[gateway] listen`).
     #[error("cannot listen on {addr} (`{key}`): {source}")]
     Listen {

@@ -8,7 +8,8 @@ use sluice_config::{Config, Policy};
 use sluice_meta::Catalog;
 use sluice_metrics::Metrics;
 use sluice_s3::{BlobStore, Front, FrontConfig, ReconcileSummary, TenantKey, Tenants, reconcile};
-use sluice_serve::{HEADER_READ_TIMEOUT, serve_http};
+use sluice_serve::tls::ServerTls;
+use sluice_serve::{HEADER_READ_TIMEOUT, serve};
 use sluice_store::{open_backend, part_size};
 use sluice_throttle::{Throttle, ThrottleConfig};
 use tokio::net::TcpListener;
@@ -21,6 +22,8 @@ use crate::{Control, GatewayError, gateway_section, tenant_specs};
 pub struct Listeners {
     s3: (TcpListener, SocketAddr),
     metrics: Option<(TcpListener, SocketAddr)>,
+    /// The S3 listener's certificate (`tls_cert`, `tls_key`), read and checked with the binds.
+    tls: Option<ServerTls>,
 }
 
 /// Binds `addr`, which the configuration names under `key`.
@@ -40,15 +43,24 @@ pub(crate) async fn bind(
 
 impl Listeners {
     /// Binds `[gateway] listen` and, if set, `[gateway] metrics_listen` (port 0 picks a free
-    /// one).
+    /// one), and reads the S3 listener's certificate if `tls_cert` and `tls_key` are set.
     pub async fn bind(config: &Config) -> Result<Self, GatewayError> {
         let g = gateway_section(config)?;
+        let tls = match &g.tls {
+            Some(files) => Some(ServerTls::load("[gateway]", &files.cert, &files.key)?),
+            None => None,
+        };
         let s3 = bind("[gateway] listen", &g.listen).await?;
         let metrics = match &g.metrics_listen {
             Some(m) => Some(bind("[gateway] metrics_listen", m).await?),
             None => None,
         };
-        Ok(Self { s3, metrics })
+        Ok(Self { s3, metrics, tls })
+    }
+
+    /// Whether the S3 listener speaks TLS.
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Where S3 will be served.
@@ -189,6 +201,7 @@ impl Gateway {
             throttle,
             metrics,
             config: Arc::new(std::sync::Mutex::new(config.clone())),
+            tls: None,
         };
         Ok(Self {
             front,
@@ -213,18 +226,21 @@ impl Gateway {
         let Listeners {
             s3: (listener, addr),
             metrics,
+            tls,
         } = listeners;
-        let service = sluice_s3::service(self.front, &self.control.tenants);
+        let mut control = self.control;
+        control.tls.clone_from(&tls);
+        let service = sluice_s3::service(self.front, &control.tenants);
         let (tx, rx) = watch::channel(false);
         let metrics_addr = metrics.map(|(l, a)| {
-            self.control.clone().serve_metrics(l, rx.clone());
+            control.clone().serve_metrics(l, rx.clone());
             a
         });
-        let task = tokio::spawn(serve_http(listener, service, HEADER_READ_TIMEOUT, rx));
+        let task = tokio::spawn(serve(listener, tls, service, HEADER_READ_TIMEOUT, rx));
         Running {
             addr,
             metrics_addr,
-            control: self.control,
+            control,
             shutdown: tx,
             task,
         }

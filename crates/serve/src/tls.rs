@@ -52,6 +52,9 @@ impl fmt::Debug for ServerTls {
     }
 }
 
+/// A certificate and key read and checked by [`ServerTls::check`], not yet served.
+pub struct Staged(Arc<CertifiedKey>);
+
 /// The certificate handed to each new handshake.
 #[derive(Debug)]
 struct Current(RwLock<Arc<CertifiedKey>>);
@@ -95,13 +98,24 @@ impl ServerTls {
     /// Replaces the certificate for new connections with the one in `cert` and `key`, if they
     /// pass as at [`ServerTls::load`]; otherwise nothing changes.
     pub fn reload(&self, cert: &Path, key: &Path) -> Result<(), TlsError> {
-        let certified = certified_key(self.section, cert, key, &provider())?;
+        let staged = self.check(cert, key)?;
+        self.install(staged);
+        Ok(())
+    }
+
+    /// Reads and checks `cert` and `key` as [`ServerTls::reload`] does, changing nothing: for a
+    /// reload that must validate everything before it changes anything.
+    pub fn check(&self, cert: &Path, key: &Path) -> Result<Staged, TlsError> {
+        certified_key(self.section, cert, key, &provider()).map(|c| Staged(Arc::new(c)))
+    }
+
+    /// Serves `staged` (from [`ServerTls::check`]) to new connections.
+    pub fn install(&self, staged: Staged) {
         *self
             .current
             .0
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = Arc::new(certified);
-        Ok(())
+            .unwrap_or_else(PoisonError::into_inner) = staged.0;
     }
 
     /// What accepts a connection with the current certificate.

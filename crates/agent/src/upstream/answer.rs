@@ -9,6 +9,9 @@
 //! `object_store` wraps around it. `object_store` never retries such an error (its kind is
 //! `Unknown`), which is what the agent wants: the drain owns retrying.
 //!
+//! A request that got no answer is `Unavailable` with its causes spelled out (a TLS
+//! certificate the agent's roots do not trust reads `invalid peer certificate: UnknownIssuer`).
+//!
 //! Successful answers and redirects pass untouched. An S3 error inside a 200 answer (which
 //! `CompleteMultipartUpload` may send) stays `object_store`'s and is `Unavailable`, as S3
 //! asks: retry it.
@@ -89,7 +92,7 @@ impl From<object_store::Error> for UpstreamError {
         }
         if let Some(http) = find::<HttpError>(&e) {
             // No answer: the request failed on its way (connect, timeout, reset, decode).
-            return UpstreamError::Unavailable(format!("{:?}: {http}", http.kind()));
+            return UpstreamError::Unavailable(format!("{:?}: {}", http.kind(), with_causes(http)));
         }
         // The typed variants `object_store` makes from a status (the answers `StatusClient`
         // does not take: 304 and 412 come back as answers to conditional requests).
@@ -105,6 +108,22 @@ impl From<object_store::Error> for UpstreamError {
         };
         UpstreamError::from_status(status, e.to_string())
     }
+}
+
+/// `e` and the causes under it, each once: reqwest's "error sending request" says nothing of
+/// why without them (a certificate its roots do not trust, a refused connection).
+fn with_causes(e: &(dyn StdError + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// The first error of type `T` in `e`'s source chain.
@@ -161,9 +180,11 @@ impl StatusClient {
             .await
             .map_err(|e| match find::<ErrorAnswer>(&e) {
                 Some(a) => Failure::Answer(a.clone()),
-                None => {
-                    Failure::Upstream(UpstreamError::Unavailable(format!("{:?}: {e}", e.kind())))
-                }
+                None => Failure::Upstream(UpstreamError::Unavailable(format!(
+                    "{:?}: {}",
+                    e.kind(),
+                    with_causes(&e)
+                ))),
             })
     }
 }

@@ -13,9 +13,9 @@ use object_store::client::HttpRequestBody;
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
-    Attribute, AttributeValue, Attributes, BackoffConfig, ClientOptions, GetOptions, GetResult,
-    ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload,
-    RetryConfig,
+    Attribute, AttributeValue, Attributes, BackoffConfig, Certificate, ClientOptions, GetOptions,
+    GetResult, ObjectMeta, ObjectStore, ObjectStoreExt, PutMultipartOptions, PutOptions,
+    PutPayload, RetryConfig,
 };
 use sluice_meta::ObjectRecord;
 
@@ -36,6 +36,7 @@ pub struct Upstream {
     /// made with keys a reload replaced is never cached after it ([`Upstream::set_credentials`]).
     keyed: Mutex<Keyed>,
     http: StatusClient,
+    options: ClientOptions,
 }
 
 struct Keyed {
@@ -43,11 +44,16 @@ struct Keyed {
     stores: HashMap<(String, String), Arc<AmazonS3>>,
 }
 
-fn options() -> ClientOptions {
-    ClientOptions::new()
-        .with_allow_http(true)
-        .with_connect_timeout(Duration::from_secs(5))
-        .with_timeout(Duration::from_secs(300))
+/// The client options of every store: `roots` are trusted for `https://` besides the
+/// system's roots (`[agent] upstream_ca`).
+fn options(roots: &[Certificate]) -> ClientOptions {
+    roots.iter().fold(
+        ClientOptions::new()
+            .with_allow_http(true)
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_timeout(Duration::from_secs(300)),
+        |o, c| o.with_root_certificate(c.clone()),
+    )
 }
 
 /// An object key as an `object_store` path (keys were validated by the front end).
@@ -78,6 +84,18 @@ impl Upstream {
         region: &str,
         creds: HashMap<String, Credentials>,
     ) -> Result<Self, UpstreamError> {
+        Self::with_roots(endpoint, region, creds, &[])
+    }
+
+    /// [`Upstream::new`], trusting the CA certificates `roots` besides the system's for an
+    /// `https://` endpoint.
+    pub fn with_roots(
+        endpoint: &str,
+        region: &str,
+        creds: HashMap<String, Credentials>,
+        roots: &[Certificate],
+    ) -> Result<Self, UpstreamError> {
+        let options = options(roots);
         Ok(Self {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
             region: region.to_owned(),
@@ -85,7 +103,8 @@ impl Upstream {
                 creds,
                 stores: HashMap::new(),
             }),
-            http: StatusClient::new(&options())?,
+            http: StatusClient::new(&options)?,
+            options,
         })
     }
 
@@ -131,7 +150,7 @@ impl Upstream {
             .with_region(&self.region)
             .with_access_key_id(&c.access_key)
             .with_secret_access_key(&c.secret_key)
-            .with_client_options(options())
+            .with_client_options(self.options.clone())
             .with_http_connector(self.http.clone())
             .with_retry(RetryConfig {
                 backoff: BackoffConfig {
