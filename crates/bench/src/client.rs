@@ -7,7 +7,9 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::aws::AmazonS3Builder;
 use object_store::path::Path;
-use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig};
+use object_store::{
+    Certificate, ClientOptions, ObjectStore, ObjectStoreExt, PutPayload, RetryConfig,
+};
 
 use crate::BenchError;
 
@@ -24,6 +26,25 @@ impl S3Client {
         access_key: &str,
         secret_key: &str,
     ) -> Result<Self, BenchError> {
+        Self::trusting(endpoint, bucket, access_key, secret_key, None)
+    }
+
+    /// [`S3Client::new`] for an `https://` endpoint whose certificate `ca_pem` (a PEM CA
+    /// certificate) signed, besides the system's roots.
+    pub fn trusting(
+        endpoint: &str,
+        bucket: &str,
+        access_key: &str,
+        secret_key: &str,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, BenchError> {
+        let mut options = ClientOptions::new()
+            .with_allow_http(true)
+            .with_timeout(Duration::from_secs(600))
+            .with_pool_max_idle_per_host(64);
+        if let Some(pem) = ca_pem {
+            options = options.with_root_certificate(Certificate::from_pem(pem)?);
+        }
         let store = AmazonS3Builder::new()
             .with_endpoint(endpoint)
             .with_allow_http(true)
@@ -37,12 +58,7 @@ impl S3Client {
                 max_retries: 0,
                 ..RetryConfig::default()
             })
-            .with_client_options(
-                ClientOptions::new()
-                    .with_allow_http(true)
-                    .with_timeout(Duration::from_secs(600))
-                    .with_pool_max_idle_per_host(64),
-            )
+            .with_client_options(options)
             .build()?;
         Ok(Self {
             store: Arc::new(store),

@@ -1,6 +1,8 @@
 //! The shared-tier gateway benchmark: large-object throughput and small-object operations
-//! through the gateway, against the same work on the local filesystem directly and against
-//! SeaweedFS, in one run; and the gateway's memory while it moves the data.
+//! through the gateway, plain and over TLS (a second gateway with a throwaway private CA's
+//! certificate: GET bodies then take the ordinary body path, not sendfile), against the same
+//! work on the local filesystem directly and against SeaweedFS, in one run; and the gateway's
+//! memory while it moves the data.
 //!
 //! The filesystem baseline does what the gateway must do for durability: write each object's
 //! bytes and fsync them (the gateway also fsyncs the directory and commits its catalog). The
@@ -185,6 +187,30 @@ pub fn payload(len: usize, seed: u64) -> Bytes {
     }
     v.truncate(len);
     Bytes::from(v)
+}
+
+/// The name of the gateway over TLS in the report.
+pub const TLS_TARGET: &str = "sluice gateway (TLS)";
+
+/// Writes a throwaway CA's certificate for `127.0.0.1` (`cert.pem`, `key.pem`) into `dir`, for
+/// the TLS target; returns the CA's certificate (PEM), which its client trusts.
+fn throwaway_certificate(dir: &std::path::Path) -> Result<String, BenchError> {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let failed = |e: rcgen::Error| BenchError::Setup(format!("a throwaway certificate: {e}"));
+    std::fs::create_dir_all(dir)?;
+    let ca_key = KeyPair::generate().map_err(failed)?;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(failed)?;
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = ca_params.self_signed(&ca_key).map_err(failed)?;
+    let issuer = Issuer::new(ca_params, ca_key);
+    let key = KeyPair::generate().map_err(failed)?;
+    let cert = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .map_err(failed)?
+        .signed_by(&key, &issuer)
+        .map_err(failed)?;
+    std::fs::write(dir.join("cert.pem"), cert.pem())?;
+    std::fs::write(dir.join("key.pem"), key.serialize_pem())?;
+    Ok(ca.pem())
 }
 
 /// Runs `n` operations with `concurrency` in flight; returns the wall time and latencies.
@@ -395,7 +421,8 @@ impl Live {
     }
 }
 
-/// Runs the benchmark: filesystem, gateway (local filesystem backend), SeaweedFS if found.
+/// Runs the benchmark: filesystem, gateway (local filesystem backend), the gateway over TLS,
+/// SeaweedFS if found.
 /// Each round writes on every target, then reads on every target, the targets' order rotating
 /// from round to round, so that no target's reads always follow its own writes most closely.
 pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
@@ -414,6 +441,28 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
         SECRET_KEY,
     )?;
     live.push(("sluice gateway", Live::server(client, gw)));
+    // The same gateway over TLS (a throwaway private CA), beside the plain one in every round.
+    let tls_dir = cfg.workdir.join("gateway-tls");
+    let ca = throwaway_certificate(&tls_dir)?;
+    let gw = procs::start_gateway(
+        &cfg.sluice,
+        &tls_dir,
+        "bench",
+        &format!(
+            "tls_cert = \"{}\"\ntls_key = \"{}\"",
+            tls_dir.join("cert.pem").display(),
+            tls_dir.join("key.pem").display()
+        ),
+        "",
+    )?;
+    let client = S3Client::trusting(
+        &format!("https://127.0.0.1:{}", gw.port),
+        "bench",
+        ACCESS_KEY,
+        SECRET_KEY,
+        Some(ca.as_bytes()),
+    )?;
+    live.push((TLS_TARGET, Live::server(client, gw)));
     if let Some(weed) = &cfg.weed {
         let sw = procs::start_seaweedfs(weed, &cfg.workdir.join("seaweedfs"), "bench")?;
         let client = S3Client::new(
@@ -523,7 +572,7 @@ pub fn table(r: &Report) -> String {
     let base = r.targets.first().cloned();
     let _ = writeln!(
         out,
-        "{:<16} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}",
+        "{:<20} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}",
         "target",
         "PUT MiB/s",
         "vs fs",
@@ -545,7 +594,7 @@ pub fn table(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<16} {:>10.0} {:>7} {:>10.0} {:>7} {:>10.0} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>14}",
+            "{:<20} {:>10.0} {:>7} {:>10.0} {:>7} {:>10.0} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>14}",
             t.name,
             t.put_mib_s,
             ratio(t.put_mib_s, base.as_ref().map(|b| b.put_mib_s)),
@@ -570,7 +619,7 @@ pub fn table(r: &Report) -> String {
             .iter()
             .map(|[p, g, sp, sg]| format!("{p:.0} / {g:.0}, {sp:.0} / {sg:.0}"))
             .collect();
-        let _ = writeln!(out, "  {:<16} {}", t.name, rounds.join("; "));
+        let _ = writeln!(out, "  {:<20} {}", t.name, rounds.join("; "));
     }
     let Some(base) = base else { return out };
     let _ = writeln!(
@@ -584,7 +633,7 @@ pub fn table(r: &Report) -> String {
         let q = |p: f64| quantile(&ratios, p);
         let _ = writeln!(
             out,
-            "  {:<16} {:.2} / {:.2} / {:.2} ({} slices)",
+            "  {:<20} {:.2} / {:.2} / {:.2} ({} slices)",
             t.name,
             q(0.25),
             q(0.5),
