@@ -46,7 +46,8 @@ def test_gateway_quick_interleaves_the_large_reads(tmp_path):
     report = json.loads(out.read_text())
     cfg = report["config"]
     assert (cfg["large_objects"], cfg["large_slice"], cfg["rounds"]) == (8, 4, 1)
-    assert [t["name"] for t in report["targets"]] == ["filesystem", "sluice gateway"]
+    assert [t["name"] for t in report["targets"]] == [
+        "filesystem", "sluice gateway", "sluice gateway (TLS)"]
     mib = cfg["large_objects"] * cfg["large_size"] / (1 << 20)
     for t in report["targets"]:
         assert len(t["rounds"]) == 1 and all(v > 0 for v in t["rounds"][0]), t
@@ -54,14 +55,17 @@ def test_gateway_quick_interleaves_the_large_reads(tmp_path):
         assert len(slices) == 2 and all(s > 0 for s in slices), slices
         assert abs(t["get_mib_s"] - mib / sum(slices)) <= 1e-6 * t["get_mib_s"], t
         assert t["rounds"][0][1] == t["get_mib_s"]
-    assert "sluice gateway" in run.stdout
-    # The printed pairing: the filesystem's slice time over the gateway's, slice by slice.
-    fs, gw = ([s for r in t["large_get_slices_s"] for s in r] for t in report["targets"])
-    ratios = sorted(a / b for a, b in zip(fs, gw))
-    [line] = [ln for ln in run.stdout.splitlines() if ln.strip().endswith("(2 slices)")]
-    p25, med, p75 = (float(x) for x in line.split("gateway", 1)[1].split("(")[0].split("/"))
-    assert (p25, med, p75) == tuple(
-        round(ratios[0] + (ratios[1] - ratios[0]) * q, 2) for q in (0.25, 0.5, 0.75)), line
+    assert "sluice gateway" in run.stdout and "sluice gateway (TLS)" in run.stdout
+    # The printed pairing: the filesystem's slice time over each gateway's, slice by slice.
+    fs, *gateways = ([s for r in t["large_get_slices_s"] for s in r] for t in report["targets"])
+    lines = {ln[2:22].rstrip(): ln[22:] for ln in run.stdout.splitlines()
+             if ln.strip().endswith("(2 slices)")}
+    for t, gw in zip(report["targets"][1:], gateways):
+        ratios = sorted(a / b for a, b in zip(fs, gw))
+        line = lines[t["name"]]
+        p25, med, p75 = (float(x) for x in line.split("(")[0].split("/"))
+        assert (p25, med, p75) == tuple(
+            round(ratios[0] + (ratios[1] - ratios[0]) * q, 2) for q in (0.25, 0.5, 0.75)), line
     assert not work.exists() or not any(work.iterdir()), "the benchmark's data was left behind"
 
 
