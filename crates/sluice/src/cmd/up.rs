@@ -182,11 +182,14 @@ fn print_banner(
     running: &sluice_gateway::Running,
     agent: Option<&sluice_agent::Running>,
 ) {
-    let gateway_endpoint = format!("http://{}", running.addr);
+    let scheme = |tls: bool| if tls { "https" } else { "http" };
+    let gateway_tls = config.gateway.as_ref().is_some_and(|g| g.tls.is_some());
+    let agent_tls = config.agent.as_ref().is_some_and(|a| a.tls.is_some());
+    let gateway_endpoint = format!("{}://{}", scheme(gateway_tls), running.addr);
     // Trainers on this node talk to the agent; the gateway is the shared tier behind it.
     let endpoint = agent.map_or_else(
         || gateway_endpoint.clone(),
-        |a| format!("http://{}", a.addr),
+        |a| format!("{}://{}", scheme(agent_tls), a.addr),
     );
     println!("sluice is up.");
     println!();
