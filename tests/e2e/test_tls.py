@@ -350,3 +350,32 @@ def test_an_upstream_ca_that_is_no_certificate_fails_the_agents_start(tmp_path):
     assert p.returncode != 0
     assert f"`[agent] upstream_ca` {junk}: no certificate in the file" in p.stderr, p.stderr
     assert not (a.workdir / "data").exists()
+
+
+def test_sighup_rotates_the_agents_certificate_and_refuses_a_mismatched_key(tmp_path, pki):
+    crt, key, first = pki.issue("node")
+    agent = start_agent(tmp_path / "agent", "http://127.0.0.1:1", tls_keys(crt, key), tls=True)
+    log = agent.workdir / "agent.log"
+    try:
+        assert presented(agent.port, pki) == first
+        new_crt, new_key, second = pki.issue("node-next")
+        new_crt.replace(crt)
+        new_key.replace(key)
+        agent.proc.send_signal(signal.SIGHUP)
+        wait_for_log(log, "configuration reloaded")
+        assert presented(agent.port, pki) == second
+        node = client(agent.endpoint, pki.ca_pem)
+        node.create_bucket(Bucket="rotated")
+        node.put_object(Bucket="rotated", Key="k", Body=b"after the rotation")
+        assert node.get_object(Bucket="rotated", Key="k")["Body"].read() == b"after the rotation"
+
+        # A key that is not the certificate's: the reload is refused, the agent serves on.
+        _, stray_key, _ = pki.issue("stray")
+        stray_key.replace(key)
+        agent.proc.send_signal(signal.SIGHUP)
+        text = wait_for_log(log, "reload refused")
+        assert f"`[agent] tls_key` {key}: not the private key of `tls_cert` {crt}" in text, text
+        assert agent.proc.poll() is None
+        assert presented(agent.port, pki) == second
+    finally:
+        agent.stop()
