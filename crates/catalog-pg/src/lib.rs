@@ -1,0 +1,529 @@
+//! The shared catalog engine: every gateway of a deployment over one PostgreSQL database
+//! (or a distributed engine that speaks its protocol and SQL: CockroachDB, YugabyteDB).
+//!
+//! [`PgCatalog`] implements [`sluice_meta::Engine`]; wrap it in a [`sluice_meta::Catalog`].
+//!
+//! # The client, and why
+//!
+//! `tokio-postgres` with the `deadpool-postgres` pool. The catalog's callers are blocking
+//! threads (the S3 front runs every catalog call under `spawn_blocking`), so the engine drives
+//! each statement with `Handle::block_on` on the gateway's own runtime: the connections are
+//! tasks on that runtime, no second runtime or thread pool is started, and a call made by
+//! mistake from an async task panics at once ("Cannot start a runtime from within a
+//! runtime") instead of stalling a worker. The synchronous `postgres` crate would start a
+//! runtime per connection; `sqlx` brings a query macro layer, its own pool and many more
+//! crates for nothing this engine needs. Statements are prepared once per connection
+//! (`prepare_cached`), so a statement costs one round trip.
+//!
+//! # SQL subset
+//!
+//! Plain tables with primary keys, `INSERT ... ON CONFLICT`, `RETURNING`, `BYTEA`, `BIGINT`;
+//! every write transaction is SERIALIZABLE and retried from the start on SQLSTATE 40001
+//! (serialization failure) or 40P01 (deadlock), with jittered exponential backoff. No
+//! advisory locks, no LISTEN/NOTIFY, no extensions, no stored procedures.
+//!
+//! # Quotas across gateways
+//!
+//! Usage lives in rows per (tenant, gateway, slot): a gateway writes only its own rows, each
+//! commit in one of [`SLOTS`] rows that no other commit of this gateway holds at that moment
+//! (local locks), so commits of one gateway never conflict with each other on usage. A
+//! commit that adds bytes or objects sums the tenant's rows in its own SERIALIZABLE
+//! transaction and refuses what would exceed the quota (or `max_objects`): two gateways
+//! racing for the last bytes conflict, one retries and sees the other's usage, so quotas
+//! hold exactly cluster-wide. `max_buckets` is counted in the creating transaction. The
+//! in-memory [`sluice_meta::Ledger`] is this gateway's fast pre-check (reservations before
+//! bytes move); it is refreshed from the database in the background, and the database is the
+//! authority at commit.
+//!
+//! Not done yet (see `docs/design/catalog.md`): escrow chunks held under a gateway's lease,
+//! which would spare a commit far from its quota the sum over the tenant's rows.
+//!
+//! # Commits and durability
+//!
+//! A call returns once its transaction has committed, which PostgreSQL makes durable
+//! (`synchronous_commit` as the server is configured). Concurrent commits from the pool's
+//! connections share WAL flushes: PostgreSQL's own group commit, which is how this engine
+//! batches commits.
+
+mod db;
+mod list;
+mod objects;
+mod schema;
+mod uploads;
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use sluice_meta::{
+    Engine, Ledger, ListPage, ListQuery, MetaError, ObjectRecord, PartRecord, PartSpec,
+    Precondition, Reservation, Result, UploadRecord,
+};
+use tokio::runtime::Handle;
+use tokio_postgres::NoTls;
+
+pub use schema::SCHEMA_VERSION;
+
+use db::{Db, Tx, TxError, TxResult, db_error};
+
+/// Usage rows per (tenant, gateway): how many commits of one gateway can write usage at once.
+pub const SLOTS: usize = 16;
+
+/// How the engine connects and keeps its ledger fresh.
+#[derive(Debug, Clone)]
+pub struct PgOptions {
+    /// Connections in the pool.
+    pub pool_size: usize,
+    /// How often the in-memory ledger is reloaded from the database (other gateways'
+    /// writes and deletes).
+    pub refresh: Duration,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            pool_size: 16,
+            refresh: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The catalog in a shared PostgreSQL database (see the crate doc).
+pub struct PgCatalog {
+    inner: Arc<Inner>,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+struct Inner {
+    db: Db,
+    ledger: Ledger,
+    /// This process's name in the usage rows: unique per open.
+    holder: String,
+    slots: Vec<Mutex<()>>,
+    next_slot: AtomicUsize,
+    /// Commits made by this engine: a ledger refresh that raced one is dropped.
+    commits: AtomicU64,
+}
+
+impl Drop for PgCatalog {
+    fn drop(&mut self) {
+        self.refresher.abort();
+    }
+}
+
+impl PgCatalog {
+    /// Connects to `url` (`postgres://user:password@host:port/database`), migrates the
+    /// schema (refusing one newer than [`SCHEMA_VERSION`]) and loads the ledger's usage.
+    /// The connections run on `handle`'s runtime. Call from a blocking thread.
+    pub fn open(url: &str, handle: Handle, options: &PgOptions) -> Result<Self> {
+        let config = tokio_postgres::Config::from_str(url).map_err(db_error)?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .build()
+            .map_err(db_error)?;
+        let db = Db { pool, handle };
+        migrate_racing(&db)?;
+        let inner = Arc::new(Inner {
+            db,
+            ledger: Ledger::default(),
+            holder: holder_id(),
+            slots: (0..SLOTS).map(|_| Mutex::new(())).collect(),
+            next_slot: AtomicUsize::new(0),
+            commits: AtomicU64::new(0),
+        });
+        inner.refresh_ledger()?;
+        let refresher = inner
+            .db
+            .handle
+            .spawn(refresh_loop(Arc::downgrade(&inner), options.refresh));
+        Ok(Self { inner, refresher })
+    }
+
+    /// This engine's name in the database's usage rows.
+    pub fn holder(&self) -> &str {
+        &self.inner.holder
+    }
+
+    /// Reloads the ledger's usage and object counts from the database now.
+    pub fn refresh_ledger(&self) -> Result<()> {
+        self.inner.refresh_ledger()
+    }
+}
+
+/// Concurrent first starts may race on creating the tables themselves (a unique violation
+/// in PostgreSQL's catalog): the loser tries again and finds them.
+fn migrate_racing(db: &Db) -> Result<()> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match schema::migrate(db) {
+            Err(MetaError::Database(e))
+                if attempt < 5
+                    && e.downcast_ref::<tokio_postgres::Error>()
+                        .and_then(tokio_postgres::Error::code)
+                        == Some(&tokio_postgres::error::SqlState::UNIQUE_VIOLATION) => {}
+            other => return other,
+        }
+    }
+}
+
+fn holder_id() -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let n = RandomState::new().hash_one((std::process::id(), std::time::SystemTime::now()));
+    format!("gw-{n:016x}")
+}
+
+async fn refresh_loop(inner: Weak<Inner>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        // The refresh blocks on the database: on a blocking thread, like every catalog call.
+        let result = tokio::task::spawn_blocking(move || inner.refresh_ledger()).await;
+        if let Ok(Err(e)) = result {
+            tracing::warn!(error = %e, "the catalog database did not answer a ledger refresh");
+        }
+    }
+}
+
+pub(crate) fn signed(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn unsigned(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> TxResult<Vec<u8>> {
+    serde_json::to_vec(v).map_err(|e| TxError::Meta(MetaError::Corrupt(e.to_string())))
+}
+
+pub(crate) fn from_json<T: serde::de::DeserializeOwned>(bytes: &[u8]) -> TxResult<T> {
+    serde_json::from_slice(bytes).map_err(|e| TxError::Meta(MetaError::Corrupt(e.to_string())))
+}
+
+impl Inner {
+    /// Holds one usage slot for a commit: a free one if any, else waits for one.
+    fn slot(&self) -> (MutexGuard<'_, ()>, i32) {
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed);
+        for i in 0..SLOTS {
+            let n = (start + i) % SLOTS;
+            if let Ok(g) = self.slots[n].try_lock() {
+                return (g, n as i32);
+            }
+        }
+        let n = start % SLOTS;
+        let g = self.slots[n].lock().unwrap_or_else(PoisonError::into_inner);
+        (g, n as i32)
+    }
+
+    fn committed(&self) {
+        self.commits.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// `(quota, max_objects)` of a configured tenant.
+    fn limits(&self, tenant: &str) -> TxResult<(u64, u64)> {
+        let quota = self.ledger.usage(tenant).ok_or(MetaError::UnknownTenant)?.2;
+        let max = self
+            .ledger
+            .objects(tenant)
+            .ok_or(MetaError::UnknownTenant)?
+            .1;
+        Ok((quota, max))
+    }
+
+    /// Moves the tenant's usage by `bytes` and `objects` in this gateway's `slot` row. With
+    /// `check`, an increase is first checked against the quota and `max_objects` over the
+    /// sum of every gateway's rows, in this transaction.
+    fn charge(
+        &self,
+        tx: &Tx<'_>,
+        tenant: &str,
+        slot: i32,
+        bytes: i64,
+        objects: i64,
+        check: bool,
+    ) -> TxResult<()> {
+        if check && (bytes > 0 || objects > 0) {
+            let (quota, max_objects) = self.limits(tenant)?;
+            let row = tx.query_one(
+                "SELECT COALESCE(SUM(bytes), 0)::BIGINT, COALESCE(SUM(objects), 0)::BIGINT
+                 FROM usage WHERE tenant = $1",
+                &[&tenant.as_bytes()],
+            )?;
+            let (used, count) = (unsigned(row.get(0)), unsigned(row.get(1)));
+            if bytes > 0 && used.saturating_add(unsigned(bytes)) > quota {
+                return Err(TxError::Meta(MetaError::QuotaExceeded {
+                    needed: unsigned(bytes),
+                    available: quota.saturating_sub(used),
+                    quota,
+                }));
+            }
+            if objects > 0 && count.saturating_add(unsigned(objects)) > max_objects {
+                return Err(TxError::Meta(MetaError::TooManyObjects {
+                    max: max_objects,
+                }));
+            }
+        }
+        if bytes != 0 || objects != 0 {
+            tx.execute(
+                "INSERT INTO usage (tenant, holder, slot, bytes, objects)
+                 VALUES ($1, $2, $3, $4, $5)
+                 ON CONFLICT (tenant, holder, slot) DO UPDATE
+                 SET bytes = usage.bytes + excluded.bytes,
+                     objects = usage.objects + excluded.objects",
+                &[&tenant.as_bytes(), &self.holder, &slot, &bytes, &objects],
+            )?;
+        }
+        Ok(())
+    }
+
+    fn refresh_ledger(&self) -> Result<()> {
+        let before = self.commits.load(Ordering::SeqCst);
+        let rows = self.db.read(|tx| {
+            tx.query(
+                "SELECT tenant, COALESCE(SUM(bytes), 0)::BIGINT, COALESCE(SUM(objects), 0)::BIGINT
+                 FROM usage GROUP BY tenant",
+                &[],
+            )
+        })?;
+        if self.commits.load(Ordering::SeqCst) != before {
+            // A commit of ours landed meanwhile and moved the ledger itself; the next
+            // refresh will see it.
+            return Ok(());
+        }
+        for row in rows {
+            let tenant: &[u8] = row.get(0);
+            let tenant = String::from_utf8_lossy(tenant);
+            self.ledger
+                .set_used(&tenant, unsigned(row.get(1)), unsigned(row.get(2)));
+        }
+        Ok(())
+    }
+
+    fn referenced_blobs(&self) -> Result<HashMap<String, HashSet<String>>> {
+        self.db.read(|tx| {
+            let mut out: HashMap<String, HashSet<String>> = HashMap::new();
+            for row in tx.query("SELECT tenant, record FROM objects", &[])? {
+                let tenant = String::from_utf8_lossy(row.get::<_, &[u8]>(0)).into_owned();
+                let rec: ObjectRecord = from_json(row.get(1))?;
+                out.entry(tenant)
+                    .or_default()
+                    .extend(rec.blobs().map(str::to_owned));
+            }
+            for row in tx.query("SELECT tenant, record FROM uploads", &[])? {
+                let tenant = String::from_utf8_lossy(row.get::<_, &[u8]>(0)).into_owned();
+                let rec: UploadRecord = from_json(row.get(1))?;
+                out.entry(tenant)
+                    .or_default()
+                    .extend(rec.parts.values().map(|p| p.blob.clone()));
+            }
+            Ok(out)
+        })
+    }
+
+    fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        let ttl_ms = signed(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+        self.db.write(|tx| {
+            let n = tx.execute(
+                "INSERT INTO leases (name, holder, expires_ms)
+                 VALUES ($1, $2, (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT + $3)
+                 ON CONFLICT (name) DO UPDATE
+                 SET holder = excluded.holder, expires_ms = excluded.expires_ms
+                 WHERE leases.holder = excluded.holder
+                    OR leases.expires_ms <= (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT",
+                &[&name, &holder, &ttl_ms],
+            )?;
+            Ok(n == 1)
+        })
+    }
+
+    fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        self.db.write(|tx| {
+            tx.execute(
+                "DELETE FROM leases WHERE name = $1 AND holder = $2",
+                &[&name, &holder],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+impl Engine for PgCatalog {
+    fn ledger(&self) -> &Ledger {
+        &self.inner.ledger
+    }
+
+    fn is_shared(&self) -> bool {
+        true
+    }
+
+    fn referenced_blobs(&self) -> Result<HashMap<String, HashSet<String>>> {
+        self.inner.referenced_blobs()
+    }
+
+    fn create_bucket(&self, tenant: &str, bucket: &str, now_ms: i64) -> Result<()> {
+        self.inner.create_bucket(tenant, bucket, now_ms)
+    }
+
+    fn delete_bucket(&self, tenant: &str, bucket: &str) -> Result<Vec<String>> {
+        self.inner.delete_bucket(tenant, bucket)
+    }
+
+    fn bucket_exists(&self, tenant: &str, bucket: &str) -> Result<bool> {
+        self.inner.bucket_exists(tenant, bucket)
+    }
+
+    fn list_buckets(&self, tenant: &str) -> Result<Vec<(String, i64)>> {
+        self.inner.list_buckets(tenant)
+    }
+
+    fn get_object(&self, tenant: &str, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        Ok(self
+            .inner
+            .read_object(tenant, bucket, key, false)?
+            .map(|(rec, _)| rec))
+    }
+
+    fn get_object_with_body(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<(ObjectRecord, Option<Vec<u8>>)>> {
+        self.inner.read_object(tenant, bucket, key, true)
+    }
+
+    fn put_object_if(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        rec: &ObjectRecord,
+        body: Option<&[u8]>,
+        reservation: Reservation,
+        cond: &Precondition,
+    ) -> Result<(u64, Option<ObjectRecord>)> {
+        self.inner
+            .put_object_if(tenant, bucket, key, rec, body, reservation, cond)
+    }
+
+    fn delete_object(&self, tenant: &str, bucket: &str, key: &str) -> Result<Option<ObjectRecord>> {
+        self.inner.delete_object(tenant, bucket, key, None)
+    }
+
+    fn evict_object(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        expected: &ObjectRecord,
+    ) -> Result<bool> {
+        Ok(self
+            .inner
+            .delete_object(tenant, bucket, key, Some(expected))?
+            .is_some())
+    }
+
+    fn list_objects(&self, tenant: &str, bucket: &str, q: &ListQuery<'_>) -> Result<ListPage> {
+        self.inner.list_objects(tenant, bucket, q)
+    }
+
+    fn create_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        rec: &UploadRecord,
+    ) -> Result<()> {
+        self.inner.create_upload(tenant, bucket, upload_id, rec)
+    }
+
+    fn get_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+    ) -> Result<UploadRecord> {
+        self.inner.get_upload(tenant, bucket, upload_id, key)
+    }
+
+    fn put_part(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+        number: u32,
+        part: PartRecord,
+        reservation: Reservation,
+    ) -> Result<Option<PartRecord>> {
+        self.inner
+            .put_part(tenant, bucket, upload_id, key, number, &part, reservation)
+    }
+
+    fn complete_upload_if(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+        parts: &[PartSpec],
+        now_ms: i64,
+        cond: &Precondition,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
+        self.inner
+            .complete_upload_if(tenant, bucket, upload_id, key, parts, now_ms, cond)
+    }
+
+    fn abort_upload(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+    ) -> Result<Vec<String>> {
+        self.inner.abort_upload(tenant, bucket, upload_id, key)
+    }
+
+    fn list_uploads(&self, tenant: &str, bucket: &str) -> Result<Vec<(String, UploadRecord)>> {
+        self.inner.list_uploads(tenant, bucket)
+    }
+
+    fn restore_bucket(&self, tenant: &str, bucket: &str, created_ms: i64) -> Result<()> {
+        self.inner.restore_bucket(tenant, bucket, created_ms)
+    }
+
+    fn restore_object_with_body(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        key: &str,
+        record: &ObjectRecord,
+        body: Option<&[u8]>,
+    ) -> Result<bool> {
+        self.inner
+            .restore_object_with_body(tenant, bucket, key, record, body)
+    }
+
+    fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
+        self.inner.try_lease(name, holder, ttl)
+    }
+
+    fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
+        self.inner.release_lease(name, holder)
+    }
+}

@@ -1,0 +1,91 @@
+//! The schema and its versioned migrations, run at open.
+//!
+//! `sluice_schema` holds one row: the version the database was migrated to. Opening runs, in
+//! one SERIALIZABLE transaction, every migration after that version; a database at a version
+//! this binary does not know (a newer sluice migrated it) is refused with
+//! [`MetaError::SchemaTooNew`] and left untouched. Gateways starting together race on the
+//! row and the losers retry; the migrations only create, so a retried one is harmless.
+//!
+//! Names (tenant, bucket, key, upload id) are stored as `BYTEA`, so that ordering is by
+//! bytes, as S3 lists, whatever the database's collation. Usage is in rows per (tenant,
+//! holder, slot): each gateway writes only its own rows, and the sum is the tenant's usage.
+
+use sluice_meta::MetaError;
+
+use crate::db::{Db, TxError};
+
+/// Migration `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &["
+CREATE TABLE buckets (
+    tenant BYTEA NOT NULL,
+    name BYTEA NOT NULL,
+    created_ms BIGINT NOT NULL,
+    PRIMARY KEY (tenant, name)
+);
+CREATE TABLE objects (
+    tenant BYTEA NOT NULL,
+    bucket BYTEA NOT NULL,
+    key BYTEA NOT NULL,
+    record BYTEA NOT NULL,
+    body BYTEA,
+    PRIMARY KEY (tenant, bucket, key)
+);
+CREATE TABLE uploads (
+    tenant BYTEA NOT NULL,
+    bucket BYTEA NOT NULL,
+    upload_id BYTEA NOT NULL,
+    record BYTEA NOT NULL,
+    PRIMARY KEY (tenant, bucket, upload_id)
+);
+CREATE TABLE usage (
+    tenant BYTEA NOT NULL,
+    holder TEXT NOT NULL,
+    slot INT NOT NULL,
+    bytes BIGINT NOT NULL,
+    objects BIGINT NOT NULL,
+    PRIMARY KEY (tenant, holder, slot)
+);
+CREATE TABLE leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_ms BIGINT NOT NULL
+);
+"];
+
+/// The schema version this binary writes and reads.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// Brings the schema to [`SCHEMA_VERSION`], or refuses a newer one.
+pub(crate) fn migrate(db: &Db) -> Result<(), MetaError> {
+    db.write(|tx| {
+        tx.batch(
+            "CREATE TABLE IF NOT EXISTS sluice_schema (
+                 singleton INT PRIMARY KEY,
+                 version BIGINT NOT NULL
+             )",
+        )?;
+        let found: i64 = tx
+            .query_opt("SELECT version FROM sluice_schema WHERE singleton = 1", &[])?
+            .map_or(0, |r| r.get(0));
+        if found > SCHEMA_VERSION {
+            return Err(TxError::Meta(MetaError::SchemaTooNew {
+                found,
+                known: SCHEMA_VERSION,
+            }));
+        }
+        for (from, sql) in MIGRATIONS
+            .iter()
+            .enumerate()
+            .skip(usize::try_from(found).unwrap_or(0))
+        {
+            tx.batch(sql)?;
+            tracing::info!(version = from + 1, "catalog schema migrated");
+        }
+        tx.execute(
+            "INSERT INTO sluice_schema (singleton, version) VALUES (1, $1)
+             ON CONFLICT (singleton) DO UPDATE SET version = excluded.version",
+            &[&SCHEMA_VERSION],
+        )?;
+        Ok(())
+    })
+}
