@@ -10,12 +10,14 @@
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
-use deadpool_postgres::{Pool, Transaction};
+use std::str::FromStr;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
 use sluice_meta::MetaError;
 use tokio::runtime::Handle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, Row};
+use tokio_postgres::{IsolationLevel, NoTls, Row};
 
 /// How often a transaction is tried before its conflict is reported.
 const ATTEMPTS: u32 = 30;
@@ -103,6 +105,24 @@ pub(crate) struct Db {
 }
 
 impl Db {
+    /// A pool of up to `size` connections to `url`, run on `handle`'s runtime (connected
+    /// lazily, at the first transaction).
+    pub(crate) fn connect(url: &str, handle: Handle, size: usize) -> Result<Self, MetaError> {
+        let config = tokio_postgres::Config::from_str(url).map_err(db_error)?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(size.max(1))
+            .build()
+            .map_err(db_error)?;
+        Ok(Self { pool, handle })
+    }
+
     /// Runs `f` in a SERIALIZABLE transaction and commits it, trying again from the start
     /// while it loses a conflict. `f` must be safe to run more than once: it changes nothing
     /// outside the transaction.
@@ -171,3 +191,6 @@ fn backoff(attempt: u32) -> Duration {
     let jitter = RandomState::new().hash_one(attempt) % ceiling_us;
     Duration::from_micros(jitter.max(100))
 }
+
+#[cfg(test)]
+mod tests;

@@ -45,6 +45,10 @@
 //! connections share WAL flushes: PostgreSQL's own group commit, which is how this engine
 //! batches commits.
 
+// The test harness (`tests/common`) names this crate by its name, in unit tests too.
+#[cfg(test)]
+extern crate self as sluice_catalog_pg;
+
 mod db;
 mod list;
 mod objects;
@@ -52,22 +56,19 @@ mod schema;
 mod uploads;
 
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use sluice_meta::{
     Engine, Ledger, ListPage, ListQuery, MetaError, ObjectRecord, PartRecord, PartSpec,
     Precondition, Reservation, Result, UploadRecord,
 };
 use tokio::runtime::Handle;
-use tokio_postgres::NoTls;
 
 pub use schema::SCHEMA_VERSION;
 
-use db::{Db, Tx, TxError, TxResult, db_error};
+use db::{Db, Tx, TxError, TxResult};
 
 /// Usage rows per (tenant, gateway): how many commits of one gateway can write usage at once.
 pub const SLOTS: usize = 16;
@@ -119,19 +120,7 @@ impl PgCatalog {
     /// schema (refusing one newer than [`SCHEMA_VERSION`]) and loads the ledger's usage.
     /// The connections run on `handle`'s runtime. Call from a blocking thread.
     pub fn open(url: &str, handle: Handle, options: &PgOptions) -> Result<Self> {
-        let config = tokio_postgres::Config::from_str(url).map_err(db_error)?;
-        let manager = Manager::from_config(
-            config,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(options.pool_size.max(1))
-            .build()
-            .map_err(db_error)?;
-        let db = Db { pool, handle };
+        let db = Db::connect(url, handle, options.pool_size)?;
         migrate_racing(&db)?;
         let inner = Arc::new(Inner {
             db,

@@ -1,0 +1,173 @@
+//! What only a shared catalog does: several engines ("gateways") over one database.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_catalog_pg::SCHEMA_VERSION;
+use sluice_meta::{Catalog, MetaError, ObjectRecord, Segment};
+
+const MIB: u64 = 1 << 20;
+
+fn obj(size: u64, blob: &str) -> ObjectRecord {
+    ObjectRecord {
+        size,
+        etag: "00".into(),
+        segments: vec![Segment {
+            blob: blob.into(),
+            size,
+        }],
+        ..ObjectRecord::default()
+    }
+}
+
+fn gateway(pg: &common::Pg, quota: u64) -> Catalog {
+    let c = Catalog::new(Arc::new(pg.engine()));
+    c.ledger().set_quota("t", quota);
+    c.ledger().set_max_buckets("t", 2);
+    c
+}
+
+#[test]
+fn two_gateways_racing_for_the_last_bytes_never_exceed_the_quota() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    let gateways = [gateway(&pg, 10 * MIB), gateway(&pg, 10 * MIB)];
+    assert!(gateways.iter().all(|g| g.is_shared()));
+    gateways[0].create_bucket("t", "b", 1).expect("bucket");
+    let barrier = Arc::new(std::sync::Barrier::new(16));
+    let results: Vec<Result<(), MetaError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..16)
+            .map(|i| {
+                let g = gateways[i % 2].clone();
+                let barrier = Arc::clone(&barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    (0..3)
+                        .map(|j| {
+                            let key = format!("k{i}-{j}");
+                            let r = g.ledger().reserve("t", MIB)?;
+                            g.put_object("t", "b", &key, &obj(MIB, &key), None, r)
+                                .map(drop)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("writer"))
+            .collect()
+    });
+    let admitted = results.iter().filter(|r| r.is_ok()).count() as u64;
+    for r in &results {
+        assert!(
+            matches!(r, Ok(()) | Err(MetaError::QuotaExceeded { .. })),
+            "{r:?}"
+        );
+    }
+    let q = sluice_meta::ListQuery {
+        max: 1000,
+        ..sluice_meta::ListQuery::default()
+    };
+    let page = gateways[1].list_objects("t", "b", &q).expect("list");
+    let stored = page.entries.len() as u64 * MIB;
+    assert_eq!(
+        stored,
+        admitted * MIB,
+        "every admitted put is visible everywhere"
+    );
+    assert!(
+        stored <= 10 * MIB,
+        "stored {stored} bytes over a 10 MiB quota"
+    );
+    assert!(
+        admitted >= 9,
+        "only {admitted} of 10 fitting writes admitted"
+    );
+    // A third gateway starting now reads the same usage from the database.
+    let third = gateway(&pg, 10 * MIB);
+    assert_eq!(third.ledger().usage("t").map(|u| u.0), Some(stored));
+}
+
+#[test]
+fn bucket_and_object_limits_hold_across_gateways() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    let (a, b) = (gateway(&pg, MIB), gateway(&pg, MIB));
+    for g in [&a, &b] {
+        g.ledger().set_max_objects("t", 1);
+    }
+    a.create_bucket("t", "one", 1).expect("one");
+    b.create_bucket("t", "two", 1).expect("two");
+    assert!(matches!(
+        a.create_bucket("t", "three", 1),
+        Err(MetaError::TooManyBuckets { max: 2 })
+    ));
+    let r = a.ledger().reserve("t", 1).expect("reserve");
+    a.put_object("t", "one", "k", &obj(1, "x"), None, r)
+        .expect("the one object");
+    // b's own ledger has not seen a's object: the database refuses it.
+    let r = b.ledger().reserve("t", 1).expect("reserve");
+    assert!(matches!(
+        b.put_object("t", "two", "k", &obj(1, "y"), None, r),
+        Err(MetaError::TooManyObjects { max: 1 })
+    ));
+    assert_eq!(
+        b.get_object("t", "one", "k").expect("get").map(|o| o.size),
+        Some(1)
+    );
+}
+
+#[test]
+fn a_named_lease_passes_to_another_gateway_once_it_lapses() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    let (a, b) = (gateway(&pg, 0), gateway(&pg, 0));
+    let hour = Duration::from_secs(3600);
+    assert!(a.try_lease("gc", "a", hour).expect("a takes it"));
+    assert!(!b.try_lease("gc", "b", hour).expect("a holds it"));
+    // As if a had died an hour ago.
+    pg.server.sql(
+        "sluice",
+        "UPDATE leases SET expires_ms = 0 WHERE name = 'gc'",
+    );
+    assert!(b.try_lease("gc", "b", hour).expect("lapsed"));
+    assert!(!a.try_lease("gc", "a", hour).expect("b holds it"));
+}
+
+#[test]
+fn a_schema_newer_than_the_binary_is_refused_and_left_alone() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    drop(pg.engine());
+    pg.server.sql(
+        "sluice",
+        &format!("UPDATE sluice_schema SET version = {}", SCHEMA_VERSION + 1),
+    );
+    let err = sluice_catalog_pg::PgCatalog::open(
+        &pg.url,
+        pg.rt.handle().clone(),
+        &sluice_catalog_pg::PgOptions::default(),
+    )
+    .err()
+    .expect("refused");
+    assert!(
+        matches!(err, MetaError::SchemaTooNew { found, known } if found == SCHEMA_VERSION + 1 && known == SCHEMA_VERSION),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer"), "{err}");
+    // Nothing was migrated back.
+    pg.server.sql(
+        "sluice",
+        &format!(
+            "DO $$ BEGIN IF (SELECT version FROM sluice_schema) <> {} THEN RAISE 'changed'; END IF; END $$",
+            SCHEMA_VERSION + 1
+        ),
+    );
+}
