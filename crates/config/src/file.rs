@@ -9,6 +9,7 @@ pub struct FileConfig {
     pub gateway: Option<FileGateway>,
     pub backend: Option<FileBackend>,
     pub agent: Option<FileAgent>,
+    pub catalog: Option<crate::catalog::FileCatalog>,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<FileTenant>,
 }

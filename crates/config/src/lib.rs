@@ -9,12 +9,14 @@
 //!
 //! This crate owns no I/O beyond reading the file it is pointed at.
 
+mod catalog;
 mod file;
 mod validate;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use catalog::CatalogConfig;
 pub use file::FileConfig;
 pub use validate::validate;
 
@@ -50,6 +52,8 @@ pub struct Config {
     pub emulate: Option<Device>,
     pub agent: Option<AgentConfig>,
     pub tenants: Vec<Tenant>,
+    /// `[catalog]`: a shared catalog database; `None`, the embedded one under `data_dir`.
+    pub catalog: Option<CatalogConfig>,
 }
 
 #[derive(Debug, Clone)]

@@ -215,6 +215,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         emulate,
         agent,
         tenants,
+        catalog: crate::catalog::validate(file.catalog)?,
     })
 }
 
