@@ -73,6 +73,27 @@ impl From<sluice_meta::MetaError> for GatewayError {
     }
 }
 
+/// Opens the shared catalog at `url` (`[catalog] url`): migrates its schema and loads usage,
+/// the connections running on this runtime.
+pub(crate) async fn open_shared_catalog(
+    url: &str,
+) -> Result<(sluice_meta::Catalog, sluice_meta::ReconcileReport), GatewayError> {
+    let (url, handle) = (url.to_owned(), tokio::runtime::Handle::current());
+    let engine = tokio::task::spawn_blocking(move || {
+        sluice_catalog_pg::PgCatalog::open(&url, handle, &sluice_catalog_pg::PgOptions::default())
+    })
+    .await
+    .map_err(|e| GatewayError::Join(e.to_string()))??;
+    tracing::info!(
+        holder = engine.holder(),
+        "shared catalog open: start-up deletes no backend blob"
+    );
+    Ok((
+        sluice_meta::Catalog::new(std::sync::Arc::new(engine)),
+        sluice_meta::ReconcileReport::default(),
+    ))
+}
+
 /// Whether a catalog could not be opened because another process holds its file's lock.
 pub fn catalog_locked(e: &sluice_meta::MetaError) -> bool {
     matches!(

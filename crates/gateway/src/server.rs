@@ -112,7 +112,9 @@ impl Gateway {
             path: g.data_dir.clone(),
             source,
         })?;
-        let (catalog, report) = {
+        let (catalog, report) = if let Some(shared) = &config.catalog {
+            crate::open_shared_catalog(&shared.url).await?
+        } else {
             let path = g.data_dir.join("meta.redb");
             let opening = path.clone();
             tokio::task::spawn_blocking(move || Catalog::open(&opening))
@@ -139,7 +141,13 @@ impl Gateway {
             blobs
         });
         let local_root = local.then(|| g.data_dir.join("objects"));
-        let mut summary = reconcile(&catalog, &blobs, local_root.as_deref()).await?;
+        // Against a shared catalog an unreferenced blob may be another gateway's write in
+        // progress: start-up deletes nothing (the garbage collector's grace period decides).
+        let mut summary = if catalog.is_shared() {
+            ReconcileSummary::default()
+        } else {
+            reconcile(&catalog, &blobs, local_root.as_deref()).await?
+        };
         summary.usage_fixed = report.usage_fixed;
         for (tenant, was, now) in &summary.usage_fixed {
             tracing::warn!(tenant, was, now, "usage recomputed from the catalog");
