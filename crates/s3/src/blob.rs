@@ -31,7 +31,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
@@ -191,6 +191,19 @@ pub struct BlobStore {
     local_files: bool,
     /// What local-disk grains are read into (see [`buffers`]).
     buffers: ReadBuffers,
+    /// The writer tag this process puts in its blob names (see [`BlobStore::blob_name`]).
+    writer: OnceLock<String>,
+}
+
+/// One object of the backend as a listing gives it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub tenant: String,
+    /// The name under the tenant's prefix.
+    pub name: String,
+    pub size: u64,
+    /// Milliseconds since the Unix epoch.
+    pub last_modified_ms: i64,
 }
 
 /// The backend prefix under which a tenant's blobs live.
@@ -210,7 +223,15 @@ impl BlobStore {
             blob_crc: false,
             local_files: false,
             buffers: ReadBuffers::new(usize::try_from(grain).unwrap_or(usize::MAX)),
+            writer: OnceLock::new(),
         }
+    }
+
+    /// Tags every blob name this store makes from now on with `writer` (16 hex digits: the
+    /// embedded catalog's run, see `reconcile`), so start-up cleanup can tell this catalog's
+    /// own orphans from blobs another catalog wrote. Set once; later calls change nothing.
+    pub fn set_writer(&self, writer: String) {
+        let _ = self.writer.set(writer);
     }
 
     /// Computes every written blob's [`BlobCrc`] on arrival and hands it to the store in a
@@ -266,10 +287,13 @@ impl BlobStore {
     ///
     /// Blobs fan out over 256 subdirectories per bucket (`<bucket>/<2 hex>/<32 hex>`): on the
     /// local filesystem every blob commit fsyncs its directory, and fsyncs of one directory
-    /// serialise in the kernel.
-    pub fn new_blob_name(bucket: &str) -> String {
+    /// serialise in the kernel. With a writer tag set, the name ends `-<writer>`.
+    pub fn blob_name(&self, bucket: &str) -> String {
         let id: u128 = rand::random();
-        format!("{bucket}/{:02x}/{id:032x}", id >> 120)
+        match self.writer.get() {
+            Some(w) => format!("{bucket}/{:02x}/{id:032x}-{w}", id >> 120),
+            None => format!("{bucket}/{:02x}/{id:032x}", id >> 120),
+        }
     }
 
     /// Streams `body` into the blob `name`, growing `reservation` chunk by chunk when the
@@ -413,6 +437,17 @@ impl BlobStore {
 
     /// Every blob of every tenant in the backend: `(tenant, blob name)`.
     pub async fn list_all(&self) -> ApiResult<Vec<(String, String)>> {
+        Ok(self
+            .list_all_meta()
+            .await?
+            .into_iter()
+            .map(|l| (l.tenant, l.name))
+            .collect())
+    }
+
+    /// Every object under `tenants/` in the backend (blobs and recovery records), with its
+    /// size and age.
+    pub async fn list_all_meta(&self) -> ApiResult<Vec<Listed>> {
         let mut out = Vec::new();
         let mut listing = self.root.list(Some(&Path::from("tenants")));
         while let Some(meta) = listing.try_next().await? {
@@ -421,9 +456,59 @@ impl BlobStore {
                 continue;
             };
             let rest: Vec<String> = parts.map(|p| p.as_ref().to_owned()).collect();
-            out.push((tenant.as_ref().to_owned(), rest.join("/")));
+            out.push(Listed {
+                tenant: tenant.as_ref().to_owned(),
+                name: rest.join("/"),
+                size: meta.size,
+                last_modified_ms: meta.last_modified.timestamp_millis(),
+            });
         }
         Ok(out)
+    }
+
+    /// Writes a small object (a recovery record) whole, durable when this returns.
+    pub async fn put_small(&self, tenant: &str, name: &str, bytes: Bytes) -> ApiResult<()> {
+        self.tenant(tenant)
+            .put(&Path::from(name), bytes.into())
+            .await?;
+        Ok(())
+    }
+
+    /// Reads a small object whole (`None`: there is none).
+    pub async fn get_small(&self, tenant: &str, name: &str) -> ApiResult<Option<Bytes>> {
+        match self.tenant(tenant).get(&Path::from(name)).await {
+            Ok(r) => Ok(Some(r.bytes().await?)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Fails (`NotFound`, a 5xx) unless every blob in `names` is in the backend.
+    pub async fn check_present(&self, tenant: &str, names: &[&str]) -> ApiResult<()> {
+        let store = self.tenant(tenant);
+        let heads = names.iter().map(|n| {
+            let store = Arc::clone(&store);
+            let path = Path::from(*n);
+            async move { store.head(&path).await }
+        });
+        futures::future::try_join_all(heads).await?;
+        Ok(())
+    }
+}
+
+impl ReadStream {
+    /// Waits for the first chunk, so that a body whose first blob is gone fails here — before
+    /// a status line goes out — and never as a 200 with a short body.
+    pub async fn primed(mut self) -> ApiResult<Self> {
+        let first = self.next().await;
+        let first = match first {
+            None => return Ok(self),
+            Some(r) => r?,
+        };
+        let rest = self.0.into_inner().unwrap_or_else(PoisonError::into_inner);
+        Ok(Self::new(
+            stream::once(async move { Ok(first) }).chain(rest).boxed(),
+        ))
     }
 }
 

@@ -6,7 +6,8 @@
 //! about it are the same as for a bucket that does not exist.
 //!
 //! Write ordering: blob written and fsynced → catalog transaction (object visible, usage
-//! settled) → old blobs deleted. Delete ordering: catalog first, blobs after. A PutObject
+//! settled) → recovery record written (see [`crate::recovery`]) → old record and old blobs
+//! deleted → acknowledgement. Delete ordering: catalog first, record and blobs after. A PutObject
 //! body of at most [`INLINE_MAX`] bytes skips the blob: it is committed inline, in the
 //! catalog transaction that makes the object visible (a copy of an inline object stays
 //! inline; parts are always blobs, since completion assembles objects from them). Reads,
@@ -19,6 +20,7 @@ mod buckets;
 mod listing;
 mod multipart;
 mod objects;
+mod recovery;
 pub mod tier;
 
 pub use buckets::owner;
@@ -76,6 +78,9 @@ struct Inner {
     throttle: Option<Arc<Throttle>>,
     metrics: Arc<Metrics>,
     tier: Option<Arc<dyn Tier>>,
+    /// Whether commits write recovery records (see [`crate::recovery`]): yes, unless a tier
+    /// is behind this front.
+    records: bool,
 }
 
 impl Front {
@@ -99,6 +104,7 @@ impl Front {
                 throttle,
                 metrics,
                 tier: None,
+                records: true,
             }),
         }
     }
@@ -107,7 +113,9 @@ impl Front {
     /// [`tier`]).
     #[must_use]
     pub fn with_tier(mut self, tier: Arc<dyn Tier>) -> Self {
-        Arc::make_mut(&mut self.inner).tier = Some(tier);
+        let inner = Arc::make_mut(&mut self.inner);
+        inner.tier = Some(tier);
+        inner.records = false;
         self
     }
 

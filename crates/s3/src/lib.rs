@@ -9,7 +9,9 @@
 //! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix
 //!   (or handing a small body back, for the catalog to keep inline with its record);
 //! - [`error`]: the one mapping from domain errors to S3 codes and HTTP status;
-//! - [`reconcile`]: the catalog and the blobs checked against each other at start.
+//! - [`reconcile`]: the catalog and the blobs checked against each other at start;
+//! - [`recovery`]: the recovery record beside every object in the backend, and the catalog
+//!   rebuilt, checked and garbage-collected from them.
 //!
 //! It does not own listeners, configuration files or process lifecycle (the gateway and agent
 //! crates do), nor metadata storage (`sluice-meta`).
@@ -21,6 +23,7 @@ pub mod error;
 pub mod front;
 pub mod name;
 pub mod reconcile;
+pub mod recovery;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, sigv4_tenant};
 pub use blob::BlobStore;

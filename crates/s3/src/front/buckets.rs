@@ -51,8 +51,10 @@ impl Front {
     ) -> ApiResult<dto::CreateBucketOutput> {
         let t = tenant.to_owned();
         let bucket = input.bucket.clone();
-        self.meta(move |c| c.create_bucket(&t, &bucket, now_ms()))
+        let created = now_ms();
+        self.meta(move |c| c.create_bucket(&t, &bucket, created))
             .await?;
+        self.record_bucket(tenant, &input.bucket, created).await?;
         Ok(dto::CreateBucketOutput {
             location: Some(format!("/{}", input.bucket)),
         })
@@ -63,10 +65,9 @@ impl Front {
         tenant: &str,
         input: dto::DeleteBucketInput,
     ) -> ApiResult<dto::DeleteBucketOutput> {
-        let t = tenant.to_owned();
-        let blobs = self
-            .meta(move |c| c.delete_bucket(&t, &input.bucket))
-            .await?;
+        let (t, b) = (tenant.to_owned(), input.bucket.clone());
+        let blobs = self.meta(move |c| c.delete_bucket(&t, &b)).await?;
+        self.drop_bucket_record(tenant, &input.bucket).await;
         self.blobs().delete(tenant, blobs).await;
         Ok(dto::DeleteBucketOutput::default())
     }

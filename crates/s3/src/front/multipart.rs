@@ -238,11 +238,17 @@ impl Front {
         let (object, replaced, unused) = self
             .meta(move |c| c.complete_upload_if(&t, &b, &u, &k, &specs, now_ms(), &cond))
             .await?;
+        let recorded = self
+            .record_object(tenant, &input.bucket, &input.key, &object, None)
+            .await;
         let mut garbage = unused;
         if let Some(old) = replaced {
+            self.drop_record(tenant, &input.bucket, &input.key, old.version)
+                .await;
             garbage.extend(old.segments.into_iter().map(|s| s.blob));
         }
         self.blobs().delete(tenant, garbage).await;
+        recorded?;
         Ok(dto::CompleteMultipartUploadOutput {
             bucket: Some(input.bucket.clone()),
             key: Some(input.key.clone()),

@@ -13,7 +13,7 @@ use sluice_meta::{ObjectRecord, Precondition, Segment};
 
 use super::tier::TierRead;
 use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
-use crate::blob::{self, BlobStore, BodyLimits, ReadStream, Written};
+use crate::blob::{self, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
 use crate::name;
@@ -209,7 +209,7 @@ impl Front {
             .catalog()
             .ledger()
             .reserve(tenant, declared.unwrap_or(0))?;
-        let blob = BlobStore::new_blob_name(bucket);
+        let blob = self.blobs().blob_name(bucket);
         let limits = BodyLimits {
             declared,
             max,
@@ -291,17 +291,23 @@ impl Front {
             key.to_owned(),
             rec.clone(),
         );
+        let body = inline.clone();
         match self
-            .meta(move |c| c.put_object_if(&t, &b, &k, &r, inline.as_deref(), reservation, &cond))
+            .meta(move |c| c.put_object_if(&t, &b, &k, &r, body.as_deref(), reservation, &cond))
             .await
         {
             Ok((version, replaced)) => {
+                let rec = ObjectRecord { version, ..rec };
+                let recorded = self
+                    .record_object(tenant, bucket, key, &rec, inline.as_deref())
+                    .await;
                 if let Some(old) = replaced {
+                    self.drop_record(tenant, bucket, key, old.version).await;
                     self.blobs()
                         .delete(tenant, old.segments.into_iter().map(|s| s.blob))
                         .await;
                 }
-                Ok(ObjectRecord { version, ..rec })
+                recorded.map(|()| rec)
             }
             Err(e) => {
                 self.blobs()
@@ -432,6 +438,7 @@ impl Front {
                     Some(r) => r.check(src.rec.size).map_err(|_| ApiError::InvalidRange)?,
                 };
                 let body = self.read_object(tenant, &src, range.clone(), lane);
+                let body = self.checked_body(tenant, &src.rec, &range, body).await?;
                 (src.rec, range, body)
             }
             Err(e) => match self.tier_after(&e) {
@@ -523,6 +530,7 @@ impl Front {
     ) -> ApiResult<()> {
         let (t, b, k) = (tenant.to_owned(), bucket.to_owned(), key.to_owned());
         if let Some(old) = self.meta(move |c| c.delete_object(&t, &b, &k)).await? {
+            self.drop_record(tenant, bucket, key, old.version).await;
             self.blobs()
                 .delete(tenant, old.segments.into_iter().map(|s| s.blob))
                 .await;
@@ -616,7 +624,7 @@ impl Front {
             src.segments.len() == 1 && range.start == 0 && len == src.size && src.parts == 0;
         if whole_single && let Some(md5) = hex16(&src.etag) {
             let reservation = self.catalog().ledger().reserve(tenant, len)?;
-            let blob = BlobStore::new_blob_name(bucket);
+            let blob = self.blobs().blob_name(bucket);
             // The tier moves the bytes even when it copies them itself.
             self.pacer(tenant).admit_copy(len).await;
             self.blobs()

@@ -97,6 +97,7 @@ async fn blobs(f: &Front) -> Vec<String> {
         .expect("list")
         .into_iter()
         .map(|(_, name)| name)
+        .filter(|n| crate::recovery::Name::parse(n) == crate::recovery::Name::Blob)
         .collect();
     names.sort();
     names
