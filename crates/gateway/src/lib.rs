@@ -75,7 +75,7 @@ impl From<sluice_meta::MetaError> for GatewayError {
 
 /// Opens the shared catalog at `url` (`[catalog] url`): migrates its schema and loads usage,
 /// the connections running on this runtime.
-pub(crate) async fn open_shared_catalog(
+pub async fn open_shared_catalog(
     url: &str,
 ) -> Result<(sluice_meta::Catalog, sluice_meta::ReconcileReport), GatewayError> {
     let (url, handle) = (url.to_owned(), tokio::runtime::Handle::current());
