@@ -24,7 +24,7 @@ mod inventory;
 pub mod rebuild;
 
 pub use inventory::{CatalogView, Finding, Report, inventory};
-pub use rebuild::{GcOptions, GcSummary, RebuildSummary, gc, rebuild};
+pub use rebuild::{GcOptions, GcSummary, RebuildSummary, RecoveryError, check, gc, rebuild};
 
 use std::collections::BTreeMap;
 

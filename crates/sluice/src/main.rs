@@ -40,6 +40,9 @@ enum Command {
     /// Tenant administration.
     #[command(subcommand)]
     Tenant(cmd::tenant::Command),
+    /// The catalog against the backend's recovery records: rebuild, check, gc.
+    #[command(subcommand)]
+    Catalog(cmd::catalog::Command),
     /// Provisioning arithmetic for uncorrelated checkpoint bursts.
     Plan(cmd::plan::Args),
     /// Measure the configured backend's bandwidth and operation rate for [gateway.capacity].
@@ -69,6 +72,7 @@ fn run() -> anyhow::Result<()> {
         Command::Gateway(args) => cmd::gateway::run(&args),
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Tenant(cmd) => cmd::tenant::run(&cmd),
+        Command::Catalog(cmd) => cmd::catalog::run(&cmd),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
         Command::Calibrate(args) => cmd::bench::calibrate(&args),

@@ -57,6 +57,22 @@ async fn survey(
     Ok((listing, view))
 }
 
+/// Compares the catalog with the backend (`sluice catalog check`); changes nothing.
+pub async fn check(
+    catalog: &Catalog,
+    blobs: &BlobStore,
+    tenants: &BTreeSet<String>,
+) -> Result<super::Report, RecoveryError> {
+    let (listing, view) = survey(catalog, blobs, tenants).await?;
+    Ok(inventory(&listing, &view, now_ms()))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// What a rebuild restored.
 #[derive(Debug, Default, Serialize)]
 pub struct RebuildSummary {
@@ -243,9 +259,7 @@ async fn collect(
     tenants: &BTreeSet<String>,
     opts: &GcOptions,
 ) -> Result<GcSummary, RecoveryError> {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now = now_ms();
     let (listing, view) = survey(catalog, blobs, tenants).await?;
     let report = inventory(&listing, &view, now);
     let grace = i64::try_from(opts.grace.as_millis()).unwrap_or(i64::MAX);

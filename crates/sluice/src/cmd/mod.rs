@@ -4,6 +4,7 @@ pub mod agent;
 pub mod bench;
 pub mod bench_agent;
 pub mod bench_report;
+pub mod catalog;
 pub mod gateway;
 pub mod plan;
 pub mod tenant;
