@@ -52,7 +52,13 @@ fn as_postgres_user(program: &Path, root: bool) -> Command {
 
 impl PgServer {
     /// Starts a server, or `None` (with a message) where PostgreSQL is not installed.
+    /// Without fsync: tests need no durability across a power cut.
     pub fn start() -> Option<Self> {
+        Self::start_with(false)
+    }
+
+    /// [`PgServer::start`], fsyncing its WAL when `fsync` (measurements of commits).
+    pub fn start_with(fsync: bool) -> Option<Self> {
         let Some(bin) = bin_dir() else {
             let msg = "PostgreSQL is not installed (no initdb on PATH or under \
                        /usr/lib/postgresql/*/bin): apt-get install postgresql";
@@ -92,7 +98,7 @@ impl PgServer {
                 "-c",
                 "listen_addresses=127.0.0.1",
                 "-c",
-                "fsync=off",
+                if fsync { "fsync=on" } else { "fsync=off" },
                 "-c",
                 "max_connections=200",
             ])
@@ -169,7 +175,11 @@ pub struct Pg {
 
 impl Pg {
     pub fn start() -> Option<Self> {
-        let server = PgServer::start()?;
+        Self::on(PgServer::start()?)
+    }
+
+    /// One database on `server`.
+    pub fn on(server: PgServer) -> Option<Self> {
         let url = server.database("sluice");
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
