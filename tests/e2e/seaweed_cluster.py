@@ -147,10 +147,13 @@ class SeaweedCluster:
     def _start_volume(self, i: int, master: str) -> subprocess.Popen:
         d = self.workdir / f"volume{i}"
         d.mkdir(exist_ok=True)
+        # Every bucket is a collection with volumes of its own (several per bucket, each on
+        # both servers): tests that make buckets of their own need many slots. Volumes are
+        # not preallocated, so a slot costs no disk until it is written.
         return self._spawn(f"volume{i}", [
             "volume", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master={master}",
             f"-port={self.ports[f'volume{i}']}", f"-port.grpc={self.ports[f'volume{i}.grpc']}",
-            f"-dir={d}", "-max=16", "-preStopSeconds=0",
+            f"-dir={d}", "-max=200", "-preStopSeconds=0",
         ])
 
     def _volume_servers_up(self) -> bool:

@@ -49,12 +49,24 @@ impl Front {
         tenant: &str,
         input: dto::CreateBucketInput,
     ) -> ApiResult<dto::CreateBucketOutput> {
-        let t = tenant.to_owned();
-        let bucket = input.bucket.clone();
+        let (t, bucket) = (tenant.to_owned(), input.bucket.clone());
+        if self.meta(move |c| c.bucket_exists(&t, &bucket)).await? {
+            return Err(MetaError::BucketExists.into());
+        }
+        // The record first: a bucket the backend cannot record is not created (a record
+        // without its bucket is harmless, and removed if the creation is refused).
         let created = now_ms();
-        self.meta(move |c| c.create_bucket(&t, &bucket, created))
-            .await?;
         self.record_bucket(tenant, &input.bucket, created).await?;
+        let (t, bucket) = (tenant.to_owned(), input.bucket.clone());
+        if let Err(e) = self
+            .meta(move |c| c.create_bucket(&t, &bucket, created))
+            .await
+        {
+            if !matches!(e, ApiError::Meta(MetaError::BucketExists)) {
+                self.drop_bucket_record(tenant, &input.bucket).await;
+            }
+            return Err(e);
+        }
         Ok(dto::CreateBucketOutput {
             location: Some(format!("/{}", input.bucket)),
         })
