@@ -20,7 +20,9 @@ def blob_files(gateway, bucket: str) -> list:
     if gateway.backend.kind != "local":
         return None
     root = gateway.workdir / "data" / "objects" / "tenants" / "alice" / bucket
-    return sorted(p for p in root.rglob("*") if p.is_file()) if root.exists() else []
+    # Blobs only, not the recovery records beside them (`<bucket>/rec/...`).
+    return sorted(p for p in root.rglob("*")
+                  if p.is_file() and p.relative_to(root).parts[0] != "rec") if root.exists() else []
 
 
 def md5_etag(body: bytes) -> str:

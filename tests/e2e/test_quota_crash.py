@@ -23,7 +23,9 @@ QUOTA = 10 * MiB
 
 def stored_bytes(gw: Gateway, tenant: str) -> int:
     root = gw.workdir / "data" / "objects" / "tenants" / tenant
-    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) if root.exists() else 0
+    # Blobs only: recovery records (`<bucket>/rec/...`) are not charged to the quota.
+    return sum(p.stat().st_size for p in root.rglob("*")
+               if p.is_file() and p.relative_to(root).parts[1:2] != ("rec",)) if root.exists() else 0
 
 
 def inline_bytes(client, bucket: str) -> int:
