@@ -50,6 +50,7 @@
 extern crate self as sluice_catalog_pg;
 
 mod db;
+mod escrow;
 mod list;
 mod objects;
 mod schema;
@@ -79,8 +80,11 @@ pub struct PgOptions {
     /// Connections in the pool.
     pub pool_size: usize,
     /// How often the in-memory ledger is reloaded from the database (other gateways'
-    /// writes and deletes).
+    /// writes and deletes), this gateway's lease renewed and its escrow folded.
     pub refresh: Duration,
+    /// How long this gateway's lease (and so its escrow) outlives its last renewal: a killed
+    /// gateway's escrow returns after this. Renewed every `refresh`, so at least twice that.
+    pub lease_ttl: Duration,
 }
 
 impl Default for PgOptions {
@@ -88,6 +92,7 @@ impl Default for PgOptions {
         Self {
             pool_size: 16,
             refresh: Duration::from_secs(2),
+            lease_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -107,6 +112,8 @@ struct Inner {
     next_slot: AtomicUsize,
     /// Commits made by this engine: a ledger refresh that raced one is dropped.
     commits: AtomicU64,
+    escrow: Mutex<escrow::Escrow>,
+    lease_ttl: Duration,
 }
 
 impl Drop for PgCatalog {
@@ -129,7 +136,10 @@ impl PgCatalog {
             slots: (0..SLOTS).map(|_| Mutex::new(())).collect(),
             next_slot: AtomicUsize::new(0),
             commits: AtomicU64::new(0),
+            escrow: Mutex::default(),
+            lease_ttl: options.lease_ttl,
         });
+        inner.take_lease()?;
         inner.refresh_ledger()?;
         let refresher = inner
             .db
@@ -180,7 +190,10 @@ async fn refresh_loop(inner: Weak<Inner>, every: Duration) {
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
         // The refresh blocks on the database: on a blocking thread, like every catalog call.
-        let result = tokio::task::spawn_blocking(move || inner.refresh_ledger()).await;
+        let result = tokio::task::spawn_blocking(move || {
+            inner.renew().and_then(|()| inner.refresh_ledger())
+        })
+        .await;
         if let Ok(Err(e)) = result {
             tracing::warn!(error = %e, "the catalog database did not answer a ledger refresh");
         }
@@ -233,9 +246,8 @@ impl Inner {
         Ok((quota, max))
     }
 
-    /// Moves the tenant's usage by `bytes` and `objects` in this gateway's `slot` row. With
-    /// `check`, an increase is first checked against the quota and `max_objects` over the
-    /// sum of every gateway's rows, in this transaction.
+    /// Moves the tenant's usage by `bytes` and `objects` in this gateway's `slot` row,
+    /// unchecked (a decrease, or a restore); increases go through `charge_checked`.
     fn charge(
         &self,
         tx: &Tx<'_>,
@@ -243,29 +255,7 @@ impl Inner {
         slot: i32,
         bytes: i64,
         objects: i64,
-        check: bool,
     ) -> TxResult<()> {
-        if check && (bytes > 0 || objects > 0) {
-            let (quota, max_objects) = self.limits(tenant)?;
-            let row = tx.query_one(
-                "SELECT COALESCE(SUM(bytes), 0)::BIGINT, COALESCE(SUM(objects), 0)::BIGINT
-                 FROM usage WHERE tenant = $1",
-                &[&tenant.as_bytes()],
-            )?;
-            let (used, count) = (unsigned(row.get(0)), unsigned(row.get(1)));
-            if bytes > 0 && used.saturating_add(unsigned(bytes)) > quota {
-                return Err(TxError::Meta(MetaError::QuotaExceeded {
-                    needed: unsigned(bytes),
-                    available: quota.saturating_sub(used),
-                    quota,
-                }));
-            }
-            if objects > 0 && count.saturating_add(unsigned(objects)) > max_objects {
-                return Err(TxError::Meta(MetaError::TooManyObjects {
-                    max: max_objects,
-                }));
-            }
-        }
         if bytes != 0 || objects != 0 {
             tx.execute(
                 "INSERT INTO usage (tenant, holder, slot, bytes, objects)

@@ -5,6 +5,7 @@ use sluice_meta::{
 };
 
 use crate::db::{Tx, TxError, TxResult};
+use crate::escrow::Amount;
 use crate::{Inner, from_json, signed, to_json};
 
 pub(crate) fn require_bucket(tx: &Tx<'_>, tenant: &str, bucket: &str) -> TxResult<()> {
@@ -128,7 +129,7 @@ impl Inner {
                 "DELETE FROM buckets WHERE tenant = $1 AND name = $2",
                 &[k.0, k.1],
             )?;
-            self.charge(tx, tenant, slot, -signed(freed), -signed(aborted), false)?;
+            self.charge(tx, tenant, slot, -signed(freed), -signed(aborted))?;
             Ok((blobs, freed, aborted))
         })?;
         self.committed();
@@ -211,7 +212,14 @@ impl Inner {
         // Refuse a record that contradicts its body before any round trip.
         encode_object(rec, body)?;
         let (_slot, slot) = self.slot();
-        let (version, old) = self.db.write(|tx| {
+        let ticket = self.prepare(
+            tenant,
+            Amount {
+                bytes: rec.size,
+                objects: 1,
+            },
+        );
+        let result = self.db.write(|tx| {
             require_bucket(tx, tenant, bucket)?;
             let old = current(tx, tenant, bucket, key)?;
             cond.check(old.as_ref())?;
@@ -222,16 +230,18 @@ impl Inner {
             };
             store(tx, tenant, bucket, key, &rec, body)?;
             let freed = old.as_ref().map_or(0, |o| o.size);
-            self.charge(
+            self.charge_checked(
                 tx,
                 tenant,
                 slot,
                 signed(rec.size) - signed(freed),
                 i64::from(old.is_none()),
-                true,
+                &ticket,
             )?;
             Ok((version, old))
-        })?;
+        });
+        self.settle(tenant, &ticket, result.is_ok());
+        let (version, old) = result?;
         self.committed();
         if old.is_none() {
             self.ledger.add(tenant, 0, 1);
@@ -264,7 +274,7 @@ impl Inner {
                 "DELETE FROM objects WHERE tenant = $1 AND bucket = $2 AND key = $3",
                 &[&tenant.as_bytes(), &bucket.as_bytes(), &key.as_bytes()],
             )?;
-            self.charge(tx, tenant, slot, -signed(old.size), -1, false)?;
+            self.charge(tx, tenant, slot, -signed(old.size), -1)?;
             Ok(Some(old))
         })?;
         if let Some(o) = &old {
@@ -309,7 +319,6 @@ impl Inner {
                 slot,
                 signed(record.size) - signed(freed),
                 i64::from(old.is_none()),
-                false,
             )?;
             Ok(Some(old))
         })?;

@@ -9,13 +9,16 @@
 //! Names (tenant, bucket, key, upload id) are stored as `BYTEA`, so that ordering is by
 //! bytes, as S3 lists, whatever the database's collation. Usage is in rows per (tenant,
 //! holder, slot): each gateway writes only its own rows, and the sum is the tenant's usage.
+//! Version 2 adds `escrow` (headroom granted per tenant and gateway) and the leases'
+//! `generation` (see `escrow`).
 
 use sluice_meta::MetaError;
 
 use crate::db::{Db, TxError};
 
 /// Migration `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["
+const MIGRATIONS: &[&str] = &[
+    "
 CREATE TABLE buckets (
     tenant BYTEA NOT NULL,
     name BYTEA NOT NULL,
@@ -50,7 +53,18 @@ CREATE TABLE leases (
     holder TEXT NOT NULL,
     expires_ms BIGINT NOT NULL
 );
-"];
+",
+    "
+CREATE TABLE escrow (
+    tenant BYTEA NOT NULL,
+    holder TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    objects BIGINT NOT NULL,
+    PRIMARY KEY (tenant, holder)
+);
+ALTER TABLE leases ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+",
+];
 
 /// The schema version this binary writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -6,6 +6,7 @@ use sluice_meta::{
 };
 
 use crate::db::{Tx, TxError, TxResult};
+use crate::escrow::Amount;
 use crate::objects::{current, require_bucket, store};
 use crate::{Inner, from_json, signed, to_json};
 
@@ -56,9 +57,16 @@ impl Inner {
         rec: &UploadRecord,
     ) -> Result<()> {
         let (_slot, slot) = self.slot();
-        self.db.write(|tx| {
+        let ticket = self.prepare(
+            tenant,
+            Amount {
+                bytes: 0,
+                objects: 1,
+            },
+        );
+        let result = self.db.write(|tx| {
             require_bucket(tx, tenant, bucket)?;
-            self.charge(tx, tenant, slot, 0, 1, true)?;
+            self.charge_checked(tx, tenant, slot, 0, 1, &ticket)?;
             tx.execute(
                 "INSERT INTO uploads (tenant, bucket, upload_id, record) VALUES ($1, $2, $3, $4)",
                 &[
@@ -69,7 +77,9 @@ impl Inner {
                 ],
             )?;
             Ok(())
-        })?;
+        });
+        self.settle(tenant, &ticket, result.is_ok());
+        result?;
         self.committed();
         self.ledger.add(tenant, 0, 1);
         Ok(())
@@ -101,7 +111,14 @@ impl Inner {
     ) -> Result<Option<PartRecord>> {
         let size = part.size;
         let (_slot, slot) = self.slot();
-        let old = self.db.write(|tx| {
+        let ticket = self.prepare(
+            tenant,
+            Amount {
+                bytes: size,
+                objects: 0,
+            },
+        );
+        let result = self.db.write(|tx| {
             let mut rec = upload(tx, tenant, bucket, upload_id, key)?;
             let old = rec.parts.insert(number, part.clone());
             tx.execute(
@@ -115,9 +132,11 @@ impl Inner {
                 ],
             )?;
             let freed = old.as_ref().map_or(0, |p| p.size);
-            self.charge(tx, tenant, slot, signed(size) - signed(freed), 0, true)?;
+            self.charge_checked(tx, tenant, slot, signed(size) - signed(freed), 0, &ticket)?;
             Ok(old)
-        })?;
+        });
+        self.settle(tenant, &ticket, result.is_ok());
+        let old = result?;
         self.committed();
         reservation.settle(size, old.as_ref().map_or(0, |p| p.size));
         Ok(old)
@@ -154,7 +173,6 @@ impl Inner {
                 slot,
                 -signed(freed),
                 -i64::from(replaced.is_some()),
-                false,
             )?;
             let unused: Vec<String> = unused.into_iter().map(|p| p.blob).collect();
             Ok((object, replaced, unused, freed))
@@ -177,7 +195,7 @@ impl Inner {
             require_bucket(tx, tenant, bucket)?;
             let rec = upload(tx, tenant, bucket, upload_id, key)?;
             remove(tx, tenant, bucket, upload_id)?;
-            self.charge(tx, tenant, slot, -signed(rec.bytes()), -1, false)?;
+            self.charge(tx, tenant, slot, -signed(rec.bytes()), -1)?;
             Ok(rec)
         })?;
         self.committed();

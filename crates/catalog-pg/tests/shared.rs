@@ -171,3 +171,68 @@ fn a_schema_newer_than_the_binary_is_refused_and_left_alone() {
         ),
     );
 }
+
+#[test]
+fn a_lapsed_gateways_escrow_returns_and_its_late_commit_is_checked_again() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    const QUOTA: u64 = 64 * MIB;
+    // Gateway a never renews by itself: its lease lapses only when the test says so.
+    let hour = Duration::from_secs(3600);
+    let a_engine = Arc::new(pg.engine_with(&sluice_catalog_pg::PgOptions {
+        refresh: hour,
+        lease_ttl: hour,
+        ..sluice_catalog_pg::PgOptions::default()
+    }));
+    let holder = a_engine.holder().to_owned();
+    let a = Catalog::new(a_engine);
+    a.ledger().set_quota("t", QUOTA);
+    a.create_bucket("t", "b", 1).expect("bucket");
+    let put = |g: &Catalog, key: &str, size: u64| {
+        let r = g.ledger().reserve("t", size)?;
+        g.put_object("t", "b", key, &obj(size, key), None, r)
+            .map(drop)
+    };
+    put(&a, "small", 1024).expect("a's first put");
+    let escrow = |holder: &str| {
+        pg.server.query_i64(
+            "sluice",
+            &format!(
+                "SELECT COALESCE(SUM(bytes), 0)::BIGINT FROM escrow WHERE holder = '{holder}'"
+            ),
+        )
+    };
+    // Far from the quota a's commit took a chunk: quota / 64.
+    assert_eq!(escrow(&holder), signed(QUOTA / 64));
+    let b = gateway(&pg, QUOTA);
+    let rest = QUOTA - 1024;
+    match put(&b, "rest", rest) {
+        Err(MetaError::QuotaExceeded { available, .. }) => {
+            assert_eq!(available, rest - QUOTA / 64, "a's escrow is held");
+        }
+        other => panic!("{other:?}"),
+    }
+    // As if a had been killed a lease period ago.
+    pg.server.sql(
+        "sluice",
+        &format!("UPDATE leases SET expires_ms = 0 WHERE holder = '{holder}'"),
+    );
+    put(&b, "rest", rest).expect("a's escrow returned: the quota fills exactly");
+    // a, still running on its lapsed lease, must not spend the escrow it thinks it has.
+    assert!(matches!(
+        put(&a, "late", 1),
+        Err(MetaError::QuotaExceeded { available: 0, .. })
+    ));
+    assert_eq!(
+        pg.server.query_i64(
+            "sluice",
+            "SELECT SUM(bytes)::BIGINT FROM usage WHERE tenant = convert_to('t', 'UTF8')"
+        ),
+        signed(QUOTA)
+    );
+}
+
+fn signed(n: u64) -> i64 {
+    i64::try_from(n).expect("small")
+}

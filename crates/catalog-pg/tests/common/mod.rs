@@ -144,6 +144,21 @@ impl PgServer {
         })
     }
 
+    /// The one BIGINT `sql` returns in `database`.
+    pub fn query_i64(&self, database: &str, sql: &str) -> i64 {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        rt.block_on(async {
+            let (client, conn) =
+                tokio_postgres::connect(&self.url(database), tokio_postgres::NoTls).await?;
+            tokio::spawn(conn);
+            client.query_one(sql, &[]).await.map(|r| r.get::<_, i64>(0))
+        })
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+    }
+
     pub fn sql(&self, database: &str, sql: &str) {
         self.try_sql(database, sql)
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
@@ -190,8 +205,11 @@ impl Pg {
     }
 
     pub fn engine(&self) -> PgCatalog {
-        PgCatalog::open(&self.url, self.rt.handle().clone(), &PgOptions::default())
-            .expect("open the catalog")
+        self.engine_with(&PgOptions::default())
+    }
+
+    pub fn engine_with(&self, options: &PgOptions) -> PgCatalog {
+        PgCatalog::open(&self.url, self.rt.handle().clone(), options).expect("open the catalog")
     }
 }
 
