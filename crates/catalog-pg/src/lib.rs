@@ -26,17 +26,16 @@
 //!
 //! Usage lives in rows per (tenant, gateway, slot): a gateway writes only its own rows, each
 //! commit in one of [`SLOTS`] rows that no other commit of this gateway holds at that moment
-//! (local locks), so commits of one gateway never conflict with each other on usage. A
-//! commit that adds bytes or objects sums the tenant's rows in its own SERIALIZABLE
-//! transaction and refuses what would exceed the quota (or `max_objects`): two gateways
-//! racing for the last bytes conflict, one retries and sees the other's usage, so quotas
-//! hold exactly cluster-wide. `max_buckets` is counted in the creating transaction. The
-//! in-memory [`sluice_meta::Ledger`] is this gateway's fast pre-check (reservations before
-//! bytes move); it is refreshed from the database in the background, and the database is the
-//! authority at commit.
-//!
-//! Not done yet (see `docs/design/catalog.md`): escrow chunks held under a gateway's lease,
-//! which would spare a commit far from its quota the sum over the tenant's rows.
+//! (local locks), so commits of one gateway never conflict with each other on usage. Quota
+//! headroom is held in escrow (see `escrow`): chunks granted from the database to a gateway
+//! under its lease, spent by commits that then read only their own lease row; a commit
+//! without enough headroom, or whose lease lapsed, sums the tenant's usage and the other
+//! gateways' live escrow in its own SERIALIZABLE transaction and refuses what would exceed
+//! the quota (or `max_objects`), so quotas hold exactly cluster-wide. Near the quota (less
+//! than half free) no escrow is granted and every such commit is checked against the sum.
+//! `max_buckets` is counted in the creating transaction. The in-memory
+//! [`sluice_meta::Ledger`] is this gateway's fast pre-check (reservations before bytes move);
+//! it is reloaded from the database in the background, and the database decides at commit.
 //!
 //! # Commits and durability
 //!
