@@ -7,16 +7,15 @@ from __future__ import annotations
 import datetime
 import hashlib
 import os
-import shutil
 import subprocess
 import time
 import uuid
-from pathlib import Path
 
 import pytest
 from botocore.exceptions import ClientError
 
 from harness import Backend, Gateway, Tenant, sluice_bin, weed_bin
+from postgres import postgres  # noqa: F401 (the fixture)
 from seaweed_cluster import SeaweedCluster
 
 
@@ -85,7 +84,10 @@ def backend(request):
     the session's replicated SeaweedFS (so no other test's objects are in its namespace)."""
     if request.param == "local":
         return Backend("local")
-    cluster = request.getfixturevalue("seaweed_cluster")
+    return fresh_bucket(request.getfixturevalue("seaweed_cluster"))
+
+
+def fresh_bucket(cluster: SeaweedCluster) -> Backend:
     bucket = f"rec-{uuid.uuid4().hex[:12]}"
     cluster.client().create_bucket(Bucket=bucket)
     return Backend("s3", cluster.endpoint, bucket, cluster.ACCESS, cluster.SECRET)
@@ -298,3 +300,34 @@ def test_a_get_whose_blob_was_removed_fails_with_a_5xx(backend, tmp_path):
         assert s3.get_object(Bucket="bkt", Key="small")["Body"].read() == b"inline"
     finally:
         gw.stop()
+
+
+def test_rebuild_of_a_dropped_postgres_catalog_brings_everything_back(
+    postgres, seaweed_cluster, tmp_path,  # noqa: F811
+):
+    backend = fresh_bucket(seaweed_cluster)
+    url = postgres.database("rebuild")
+    gw = Gateway(tmp_path / "gw", backend, tenants=list(TENANTS),
+                 extra=f'[catalog]\nurl = "{url}"\n').start()
+    try:
+        want = populate(gw)
+        before = snapshot(gw, want)
+    finally:
+        gw.stop()
+    assert sluice_catalog(gw, "check").returncode == 0
+    postgres.sql("postgres", "DROP DATABASE rebuild")
+    postgres.sql("postgres", "CREATE DATABASE rebuild")
+    r = sluice_catalog(gw, "rebuild")
+    assert r.returncode == 0, r.stderr
+    assert "rebuilt 4 buckets and 7 objects" in r.stdout, r.stdout
+    gw.start()
+    try:
+        assert snapshot(gw, want) == before
+        with pytest.raises(ClientError) as e:
+            gw.client("tiny").put_object(Bucket="tiny-bucket", Key="more",
+                                         Body=os.urandom(2 * 1024 * 1024))
+        assert e.value.response["Error"]["Code"] == "QuotaExceeded"
+        gw.client("tiny").put_object(Bucket="tiny-bucket", Key="fits", Body=os.urandom(512 * 1024))
+    finally:
+        gw.stop()
+    assert sluice_catalog(gw, "check").returncode == 0
