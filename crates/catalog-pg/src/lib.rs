@@ -116,8 +116,29 @@ struct Inner {
 }
 
 impl Drop for PgCatalog {
+    /// Stops the renewal and gives this gateway's lease and escrow back in the background
+    /// (best effort: if the runtime is stopping too, they return when the lease lapses).
     fn drop(&mut self) {
         self.refresher.abort();
+        let (pool, name, holder) = (
+            self.inner.db.pool.clone(),
+            self.inner.lease_name(),
+            self.inner.holder.clone(),
+        );
+        self.inner.db.handle.spawn(async move {
+            let Ok(client) = pool.get().await else { return };
+            let released = client
+                .execute(
+                    "DELETE FROM leases WHERE name = $1 AND holder = $2",
+                    &[&name, &holder],
+                )
+                .await;
+            if released.is_ok() {
+                let _ = client
+                    .execute("DELETE FROM escrow WHERE holder = $1", &[&holder])
+                    .await;
+            }
+        });
     }
 }
 

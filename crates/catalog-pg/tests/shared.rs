@@ -236,3 +236,35 @@ fn a_lapsed_gateways_escrow_returns_and_its_late_commit_is_checked_again() {
 fn signed(n: u64) -> i64 {
     i64::try_from(n).expect("small")
 }
+
+#[test]
+fn a_gateway_that_stops_gives_its_escrow_back_without_waiting_for_its_lease() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    const QUOTA: u64 = 64 * MIB;
+    let a = gateway(&pg, QUOTA);
+    a.create_bucket("t", "b", 1).expect("bucket");
+    let r = a.ledger().reserve("t", 1024).expect("reserve");
+    a.put_object("t", "b", "small", &obj(1024, "small"), None, r)
+        .expect("put");
+    let escrowed = || {
+        pg.server
+            .query_i64("sluice", "SELECT COUNT(*) FROM escrow WHERE bytes > 0")
+    };
+    assert_eq!(escrowed(), 1, "a holds a chunk");
+    drop(a);
+    // The release runs on the runtime in the background: poll for it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while escrowed() != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "escrow never given back"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let b = gateway(&pg, QUOTA);
+    let r = b.ledger().reserve("t", QUOTA - 1024).expect("reserve");
+    b.put_object("t", "b", "rest", &obj(QUOTA - 1024, "rest"), None, r)
+        .expect("the whole rest of the quota");
+}
