@@ -1,6 +1,11 @@
 //! The gateway's metadata: which buckets each tenant owns, which objects they hold and where
 //! their bytes live, multipart uploads in progress, and each tenant's quota ledger.
 //!
+//! The catalog is a seam ([`Catalog`] over [`Engine`]): this crate's embedded engine
+//! ([`RedbCatalog`], one redb file, described below) and `sluice-catalog-pg`'s shared one pass
+//! the same [`conformance`] suite (feature `conformance`). What follows is the embedded
+//! engine; the shared one is described in its crate.
+//!
 //! # Design
 //!
 //! Object *bytes* live in the backend as immutable blobs under a tenant prefix; this crate only
