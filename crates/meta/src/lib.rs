@@ -3,7 +3,7 @@
 //!
 //! The catalog is a seam ([`Catalog`] over [`Engine`]): this crate's embedded engine
 //! ([`RedbCatalog`], one redb file, described below) and `sluice-catalog-pg`'s shared one pass
-//! the same [`conformance`] suite (feature `conformance`). What follows is the embedded
+//! the same conformance suite (`sluice_meta::conformance`, feature `conformance`). What follows is the embedded
 //! engine; the shared one is described in its crate.
 //!
 //! # Design
