@@ -2,9 +2,9 @@
 //! their bytes live, multipart uploads in progress, and each tenant's quota ledger.
 //!
 //! The catalog is a seam ([`Catalog`] over [`Engine`]): this crate's embedded engine
-//! ([`RedbCatalog`], one redb file, described below) and `sluice-catalog-pg`'s shared one pass
-//! the same conformance suite (`sluice_meta::conformance`, feature `conformance`). What follows is the embedded
-//! engine; the shared one is described in its crate.
+//! ([`RedbCatalog`], one redb file, described below) and `sluice-catalog-pg`'s shared one
+//! pass the same conformance suite (`sluice_meta::conformance`, feature `conformance`). What
+//! follows is the embedded engine; the shared one is described in its crate.
 //!
 //! # Design
 //!
