@@ -26,7 +26,7 @@ impl Front {
         rec: &ObjectRecord,
         inline: Option<&[u8]>,
     ) -> ApiResult<()> {
-        if !self.inner.records {
+        if !self.inner.records || (inline.is_some() && !self.inner.inline_records) {
             return Ok(());
         }
         let record = ObjectRecovery::new(tenant, bucket, key, rec, inline);

@@ -323,3 +323,22 @@ async fn a_get_whose_blob_is_gone_fails_before_any_byte() {
         b"tiny body"
     );
 }
+
+#[tokio::test]
+async fn without_inline_records_only_blob_objects_are_recorded() {
+    let backend = Arc::new(InMemory::new());
+    let s = site(&backend).await;
+    let f = s.front.without_inline_records();
+    f.catalog().create_bucket(T, B, 0).expect("bucket");
+    put(&f, "small", b"inline").await;
+    put(&f, "big", &vec![1u8; 100_000]).await;
+    let no_record: Vec<String> = findings(&f)
+        .await
+        .into_iter()
+        .filter_map(|x| match x {
+            Finding::NoRecord { key, .. } => Some(key),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(no_record, vec!["small".to_owned()]);
+}
