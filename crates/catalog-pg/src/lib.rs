@@ -53,6 +53,7 @@ mod escrow;
 mod list;
 mod objects;
 mod schema;
+mod tenants;
 mod uploads;
 
 use std::collections::{HashMap, HashSet};
@@ -520,6 +521,14 @@ impl Engine for PgCatalog {
 
     fn try_lease(&self, name: &str, holder: &str, ttl: Duration) -> Result<bool> {
         self.inner.try_lease(name, holder, ttl)
+    }
+
+    fn seed_tenants(&self, specs: &[sluice_meta::TenantSpec]) -> Result<sluice_meta::SeedReport> {
+        self.inner.seed_tenants(specs)
+    }
+
+    fn tenants(&self) -> Result<Option<Vec<sluice_meta::TenantSpec>>> {
+        self.inner.tenants().map(Some)
     }
 
     fn release_lease(&self, name: &str, holder: &str) -> Result<()> {

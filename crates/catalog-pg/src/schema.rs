@@ -10,7 +10,8 @@
 //! bytes, as S3 lists, whatever the database's collation. Usage is in rows per (tenant,
 //! holder, slot): each gateway writes only its own rows, and the sum is the tenant's usage.
 //! Version 2 adds `escrow` (headroom granted per tenant and gateway) and the leases'
-//! `generation` (see `escrow`).
+//! `generation` (see `escrow`). Version 3 adds `tenants` and `tenant_keys` (see `tenants`;
+//! a limit of `NULL` is none).
 
 use sluice_meta::MetaError;
 
@@ -63,6 +64,24 @@ CREATE TABLE escrow (
     PRIMARY KEY (tenant, holder)
 );
 ALTER TABLE leases ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;
+",
+    "
+CREATE TABLE tenants (
+    id BYTEA PRIMARY KEY,
+    capacity BIGINT,
+    max_objects BIGINT,
+    max_buckets BIGINT,
+    reservation DOUBLE PRECISION NOT NULL,
+    weight DOUBLE PRECISION NOT NULL,
+    qos_limit DOUBLE PRECISION,
+    created_ms BIGINT NOT NULL
+);
+CREATE TABLE tenant_keys (
+    access_key TEXT PRIMARY KEY,
+    tenant BYTEA NOT NULL REFERENCES tenants (id),
+    secret TEXT NOT NULL,
+    created_ms BIGINT NOT NULL
+);
 ",
 ];
 

@@ -318,6 +318,22 @@ pub trait Engine: Send + Sync {
 
     /// Gives the lease `name` up if `holder` holds it (otherwise changes nothing).
     fn release_lease(&self, name: &str, holder: &str) -> Result<()>;
+
+    // ---- tenants ---------------------------------------------------------------------
+
+    /// Inserts the tenants (and their keys) the catalog lacks, in one transaction; a tenant
+    /// it holds already is kept as it is, and reported when `specs` says otherwise. The
+    /// embedded catalog stores no tenants (see `tenants`): nothing to do.
+    fn seed_tenants(&self, specs: &[crate::TenantSpec]) -> Result<crate::SeedReport> {
+        let _ = specs;
+        Ok(crate::SeedReport::default())
+    }
+
+    /// Every tenant the catalog holds, by id; `None` when this engine stores no tenants (the
+    /// embedded one: the configuration file's are the tenants).
+    fn tenants(&self) -> Result<Option<Vec<crate::TenantSpec>>> {
+        Ok(None)
+    }
 }
 
 /// A catalog: a cheap clonable handle over an engine, dereferencing to it.

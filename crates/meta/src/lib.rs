@@ -46,6 +46,7 @@ mod hook;
 mod keys;
 mod ledger;
 mod record;
+mod tenants;
 
 pub use catalog::{
     Catalog, Engine, Entry, ListPage, ListQuery, MIN_PART_SIZE, PartSpec, ReconcileReport,
@@ -58,6 +59,7 @@ pub use record::{
     decode_object_with_body, encode_object, next_version,
 };
 pub use redb;
+pub use tenants::{SeedReport, TenantKeySpec, TenantSpec};
 
 /// Why a metadata operation failed.
 #[derive(Debug, thiserror::Error)]
