@@ -177,6 +177,16 @@ impl Control {
                 ));
             }
         };
+        // A shared catalog's tenants are served: the file's are seeded into it first.
+        let (new, keys) = if let Some(specs) = crate::tenants::seed(&self.catalog, &new).await? {
+            (
+                crate::tenants::adopt(&new, &specs),
+                crate::tenants::keys_of(&specs),
+            )
+        } else {
+            let keys = tenant_keys(&new);
+            (new, keys)
+        };
         if let Some(th) = &self.throttle {
             th.update(tenant_specs(&new)?)
                 .await
@@ -186,12 +196,44 @@ impl Control {
             tls.install(staged);
         }
         set_tenant_limits(self.catalog.ledger(), &new);
-        self.tenants.replace(tenant_keys(&new));
+        self.tenants.replace(keys);
+        for t in &new.tenants {
+            self.metrics.tenant(&t.id);
+        }
         *self
             .config
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
         tracing::info!("configuration reloaded");
+        Ok(())
+    }
+
+    /// Serves the shared catalog's tenants `specs` (quotas, rates and keys), keeping the
+    /// rest of the running configuration (see `tenants`).
+    pub(crate) async fn serve_tenants(
+        &self,
+        specs: &[sluice_meta::TenantSpec],
+    ) -> Result<(), GatewayError> {
+        let current = self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let new = crate::tenants::adopt(&current, specs);
+        if let Some(th) = &self.throttle {
+            th.update(tenant_specs(&new)?)
+                .await
+                .map_err(|e| GatewayError::Reload(e.to_string()))?;
+        }
+        set_tenant_limits(self.catalog.ledger(), &new);
+        self.tenants.replace(crate::tenants::keys_of(specs));
+        for t in &new.tenants {
+            self.metrics.tenant(&t.id);
+        }
+        *self
+            .config
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = new;
         Ok(())
     }
 

@@ -8,6 +8,8 @@
 //! 2. open the catalog (`data_dir/meta.redb`), which recomputes every tenant's usage from
 //!    the objects and parts it references (a catalog another process holds is refused as
 //!    [`GatewayError::CatalogLocked`]);
+//!    With a shared catalog (`[catalog]`), the file's tenants are seeded into it and the
+//!    catalog's tenants are served (see `tenants`: conflicts are logged, the catalog wins);
 //! 3. reconcile with the backend: blobs that no catalog entry references are the remains of
 //!    writes interrupted by a crash and are deleted, as are the local filesystem's staged
 //!    uploads; referenced blobs that are missing are reported;
@@ -19,9 +21,11 @@
 
 mod control;
 mod server;
+mod tenants;
 
 pub use control::{Control, set_tenant_limits, tenant_specs};
 pub use server::{Gateway, Listeners, Running};
+pub use tenants::TENANT_REFRESH;
 
 use sluice_config::Config;
 

@@ -128,6 +128,14 @@ impl Gateway {
                     }
                 })?
         };
+        // With a shared catalog its tenants are served (the file's seeded into it first).
+        let (config, keys) = match crate::tenants::seed(&catalog, config).await? {
+            Some(specs) => (
+                &crate::tenants::adopt(config, &specs),
+                crate::tenants::keys_of(&specs),
+            ),
+            None => (config, tenant_keys(config)),
+        };
         crate::set_tenant_limits(catalog.ledger(), config);
         let grain = g
             .throttle
@@ -205,7 +213,7 @@ impl Gateway {
         let control = Control {
             catalog,
             backend,
-            tenants: Arc::new(Tenants::new(tenant_keys(config))),
+            tenants: Arc::new(Tenants::new(keys)),
             throttle,
             metrics,
             config: Arc::new(std::sync::Mutex::new(config.clone())),
@@ -244,6 +252,9 @@ impl Gateway {
             control.clone().serve_metrics(l, rx.clone());
             a
         });
+        if control.catalog.is_shared() {
+            tokio::spawn(crate::tenants::refresh_loop(control.clone(), rx.clone()));
+        }
         let task = tokio::spawn(serve(listener, tls, service, HEADER_READ_TIMEOUT, rx));
         Running {
             addr,
