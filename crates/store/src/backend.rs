@@ -1,9 +1,10 @@
 //! Opening the configured backend: the local filesystem (default) or any S3-compatible store.
 
 use std::sync::Arc;
+use std::time::Duration;
 
-use object_store::ObjectStore;
 use object_store::aws::AmazonS3Builder;
+use object_store::{ObjectStore, RetryConfig};
 use sluice_config::{Backend, Config};
 
 use crate::StoreError;
@@ -12,6 +13,12 @@ use crate::local::LocalDisk;
 
 /// The part size of multipart writes on S3 backends: S3's 5 MiB minimum, rounded up to 8 MiB.
 pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
+
+/// How long after its first attempt a request to an S3 backend may still be retried.
+/// `object_store`'s default (3 minutes, 10 retries of up to 30 s each) holds a client's
+/// request for minutes when the backend cannot write (a SeaweedFS with a replica down answers
+/// each write after its own 30 s): past this, the failure reaches the client as a 503.
+pub const S3_RETRY_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Opens the configured backend (behind an emulated device if `[backend.emulate]` is set).
 /// The local filesystem lives in `data_dir/objects` with fsync on, so a blob is durable before
@@ -54,7 +61,11 @@ fn open_raw(config: &Config) -> Result<Arc<dyn ObjectStore>, StoreError> {
                 .with_region(&s3.region)
                 .with_access_key_id(&s3.access_key)
                 .with_secret_access_key(&s3.secret_key)
-                .with_virtual_hosted_style_request(false);
+                .with_virtual_hosted_style_request(false)
+                .with_retry(RetryConfig {
+                    retry_timeout: S3_RETRY_TIMEOUT,
+                    ..RetryConfig::default()
+                });
             if let Some(endpoint) = &s3.endpoint {
                 b = b
                     .with_endpoint(endpoint)
