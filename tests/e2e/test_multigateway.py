@@ -8,7 +8,7 @@ import os
 import pytest
 from botocore.exceptions import ClientError
 
-from harness import Gateway
+from multigateway import error, start_gateways
 from postgres import postgres  # noqa: F401 (the fixture)
 
 MiB = 1024 * 1024
@@ -16,24 +16,13 @@ MiB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def gateways(postgres, seaweed_cluster, tmp_path_factory):  # noqa: F811
-    url = postgres.database("multigateway")
-    gws = []
+    gws = start_gateways(postgres.database("multigateway"), seaweed_cluster.backend(),
+                         tmp_path_factory)
     try:
-        for i in range(3):
-            gw = Gateway(
-                tmp_path_factory.mktemp(f"mgw-{i}"),
-                seaweed_cluster.backend(),
-                extra=f'[catalog]\nurl = "{url}"\n',
-            )
-            gws.append(gw.start())
         yield gws
     finally:
         for gw in gws:
             gw.stop()
-
-
-def error(e: ClientError):
-    return e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"]
 
 
 def test_objects_written_through_any_gateway_read_identically_through_every_other(gateways):
