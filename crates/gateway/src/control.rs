@@ -46,6 +46,9 @@ pub struct Control {
     pub(crate) throttle: Option<Arc<Throttle>>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) config: Arc<std::sync::Mutex<Config>>,
+    /// Held by a reload and by the shared catalog's tenant refresh, so that neither loses the
+    /// other's update of `config`.
+    pub(crate) applying: Arc<tokio::sync::Mutex<()>>,
     /// The S3 listener's certificate, when it speaks TLS (set once serving).
     pub(crate) tls: Option<ServerTls>,
 }
@@ -149,6 +152,7 @@ impl Control {
 
     /// Applies a new configuration (see the module doc for what may change).
     pub async fn reload(&self, new: Config) -> Result<(), GatewayError> {
+        let _applying = self.applying.lock().await;
         let old = self
             .config
             .lock()
@@ -214,6 +218,7 @@ impl Control {
         &self,
         specs: &[sluice_meta::TenantSpec],
     ) -> Result<(), GatewayError> {
+        let _applying = self.applying.lock().await;
         let current = self
             .config
             .lock()

@@ -217,6 +217,7 @@ impl Gateway {
             throttle,
             metrics,
             config: Arc::new(std::sync::Mutex::new(config.clone())),
+            applying: Arc::default(),
             tls: None,
         };
         Ok(Self {
