@@ -1,7 +1,7 @@
 //! Listing a bucket: a scan in key order, rolled up at the delimiter, that jumps past each
 //! common prefix instead of reading what it rolls up (as the embedded engine does).
 
-use sluice_meta::{Entry, ListPage, ListQuery, MetaError, Result};
+use sluice_meta::{Entry, ListPage, ListQuery, MetaError, Result, prefix_end};
 
 use crate::Inner;
 use crate::db::{Tx, TxError, TxResult};
@@ -9,18 +9,6 @@ use crate::objects::{decode, require_bucket};
 
 /// Rows fetched per round trip.
 const BATCH: usize = 1000;
-
-/// The smallest key greater than every key starting with `prefix` (`None`: no such key).
-fn prefix_end(prefix: &[u8]) -> Option<Vec<u8>> {
-    let mut end = prefix.to_vec();
-    while let Some(last) = end.pop() {
-        if last < u8::MAX {
-            end.push(last + 1);
-            return Some(end);
-        }
-    }
-    None
-}
 
 /// Up to `limit` `(key, record, has_body)` rows from `start` (excluded or not) to `end`.
 fn fetch(

@@ -53,6 +53,7 @@ pub use catalog::{
     RedbCatalog, assemble_upload,
 };
 pub use hook::{Change, CommitHook};
+pub use keys::prefix_end;
 pub use ledger::{Ledger, ObjectSlot, Reservation};
 pub use record::{
     ObjectRecord, PartRecord, Precondition, Segment, UploadRecord, decode_object,
