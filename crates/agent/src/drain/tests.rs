@@ -1,8 +1,11 @@
 use std::collections::BTreeMap;
 
+use md5::{Digest, Md5};
 use object_store::memory::InMemory;
 use sluice_meta::{Catalog, ObjectRecord};
+use sluice_store::Crc;
 
+use super::transfer::{check_crc, hex};
 use super::*;
 use crate::journal::JournalHook;
 use crate::upstream::memory::InMemoryUpstream;
