@@ -5,7 +5,8 @@
 //! tenant's `local_capacity` as its hard local quota, so a write is acknowledged once its
 //! bytes are fsynced and the catalog transaction that makes it visible has committed — and
 //! that same transaction appends the write to the drain [`journal`]. The [`drain`] worker
-//! then carries the journal to the gateway (`upstream`) with the tenant's own keys, paced
+//! then carries the journal to the gateways (`upstream`, one or several: [`upstream::Pool`]
+//! spreads the transfers over them and fails over when one dies) with the tenant's own keys, paced
 //! per tenant ([`pacer`]), commit markers after their checkpoint, verified by checksum and
 //! HEAD before anything is marked durable; local copies are evicted only once durable.
 //! [`node`] is upstream as the front's tier, for the reads it merges; [`status`] reports.
@@ -24,7 +25,7 @@
 //! added, and the S3 listener's certificate read anew from `tls_cert` and `tls_key` for new
 //! connections (one that does not load refuses the whole reload). A tenant no longer in the file can no longer call the agent, but what it buffered
 //! still drains with its last keys. The listen addresses, the data directory, the upstream
-//! (and its `upstream_ca`) and turning TLS on or off need a restart: a reload that changes them is refused and nothing changes.
+//! gateways (and their `upstream_ca`) and turning TLS on or off need a restart: a reload that changes them is refused and nothing changes.
 //!
 //! The agent owns no S3 semantics of its own: every operation, the read merge included, is the
 //! gateway's code.
@@ -54,7 +55,7 @@ use crate::drain::Drain;
 use crate::journal::{Journal, JournalHook};
 use crate::node::SharedTier;
 use crate::server::{Listener, StatusRoutes};
-use crate::upstream::{Credentials, Upstream, UpstreamStore};
+use crate::upstream::{Credentials, Pool, Upstream, UpstreamStore};
 use sluice_serve::tls::{ServerTls, Staged};
 
 /// Why the agent could not start.
@@ -154,7 +155,7 @@ impl Listeners {
 pub struct Control {
     tenants: Arc<Tenants>,
     drain: Arc<Drain>,
-    upstream: Arc<Upstream>,
+    upstream: Arc<Pool<Upstream>>,
     hook: Arc<JournalHook>,
     config: Arc<std::sync::Mutex<Config>>,
     /// The S3 listener's certificate, when it speaks TLS (set once serving).
@@ -240,7 +241,7 @@ impl Control {
         self.hook.set_markers(commit_markers(new));
         set_local_limits(self.drain.journal.catalog(), new);
         self.drain.set_tenants(&new.tenants);
-        self.upstream.set_credentials(upstream_credentials(new));
+        self.upstream.set_credentials(&upstream_credentials(new));
         self.tenants.replace(tenant_keys(new));
         *current = new.clone();
         tracing::info!(tenants = new.tenants.len(), "configuration reloaded");
@@ -362,10 +363,10 @@ impl Agent {
                     .map_err(|e| AgentError::Join(e.to_string()))??,
             )
         };
-        let upstream = Arc::new(Upstream::with_roots(
+        let upstream = Arc::new(Pool::connect(
             &a.upstream,
             &a.upstream_region,
-            upstream_credentials(config),
+            &upstream_credentials(config),
             &roots,
         )?);
         let front = Front::new(

@@ -27,12 +27,12 @@ use sluice_s3::{Tier, TierBucket, TierRead};
 
 use crate::drain::Drain;
 use crate::journal::Journal;
-use crate::upstream::{Upstream, UpstreamError};
+use crate::upstream::{Pool, Upstream, UpstreamError};
 
 /// Upstream behind the node's front end (see the module doc).
 pub struct SharedTier {
     journal: Arc<Journal>,
-    upstream: Arc<Upstream>,
+    upstream: Arc<Pool<Upstream>>,
     drain: Arc<Drain>,
 }
 
@@ -135,7 +135,7 @@ fn buckets_seen(
 }
 
 impl SharedTier {
-    pub fn new(journal: Arc<Journal>, upstream: Arc<Upstream>, drain: Arc<Drain>) -> Self {
+    pub fn new(journal: Arc<Journal>, upstream: Arc<Pool<Upstream>>, drain: Arc<Drain>) -> Self {
         Self {
             journal,
             upstream,

@@ -2,6 +2,8 @@
 //! oldest pending age, ETA, the newest checkpoint durable upstream and the last error; as
 //! JSON and as Prometheus text (base units, one `tenant` label). Every tenant's, to the
 //! operator, on `status_listen`; a tenant's own, as JSON, on the S3 listener (see `server`).
+//! The operator's also shows each upstream gateway's state (up or resting after a failure,
+//! its failures and last error; `gateway` label in Prometheus).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -11,10 +13,15 @@ use tokio::time::Instant;
 
 use crate::drain::{Drain, ErrorInfo, pending_bytes};
 use crate::journal::{Journal, OpKind};
+use crate::upstream::GatewayState;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Status {
+    /// Every upstream gateway, comma-separated.
     pub upstream: String,
+    /// Each gateway's state, in configuration order (the operator's status only).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<GatewayState>,
     pub tenants: Vec<TenantStatus>,
 }
 
@@ -128,6 +135,11 @@ pub fn snapshot(
     }
     Ok(Status {
         upstream: drain.upstream.endpoint().to_owned(),
+        gateways: if only.is_none() {
+            drain.upstream.gateways()
+        } else {
+            Vec::new()
+        },
         tenants,
     })
 }
@@ -239,5 +251,48 @@ pub fn prometheus(s: &Status) -> String {
             })
         },
     );
+    gateway_families(&mut out, &s.gateways);
     out
+}
+
+/// A metric family of gateways: name, kind, help and the value of one gateway.
+type Family = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&GatewayState) -> f64,
+);
+
+/// Each gateway's state as Prometheus families with a `gateway` label.
+fn gateway_families(out: &mut String, gateways: &[GatewayState]) {
+    let families: [Family; 3] = [
+        (
+            "sluice_agent_upstream_up",
+            "gauge",
+            "1 while the gateway takes calls, 0 while it rests after a failure.",
+            |g| if g.up { 1.0 } else { 0.0 },
+        ),
+        (
+            "sluice_agent_upstream_consecutive_failures",
+            "gauge",
+            "The gateway's failures since its last answer.",
+            |g| f64::from(g.consecutive_failures),
+        ),
+        (
+            "sluice_agent_upstream_failures_total",
+            "counter",
+            "Calls that failed on the gateway (each tried on the next).",
+            |g| g.failures_total as f64,
+        ),
+    ];
+    for (name, kind, help, value) in families {
+        if gateways.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for g in gateways {
+            let _ = writeln!(out, "{name}{{gateway=\"{}\"}} {}", g.endpoint, value(g));
+        }
+    }
 }

@@ -5,7 +5,9 @@
 //! DELETE), per tenant. [`Upstream`] is the real one: an S3 client per (tenant, bucket) with
 //! the tenant's own keys (`object_store`'s `AmazonS3`), plus the bucket calls `object_store`
 //! has no API for, signed with its SigV4 authorizer; it also serves the node's reads
-//! (`get`, `list`, `list_buckets`, `bucket_exists`). Tests have an in-memory twin (`memory`)
+//! (`get`, `list`, `list_buckets`, `bucket_exists`). [`Pool`] puts one `Upstream` per gateway
+//! of `[agent] upstream` behind the same calls, spreading them over the gateways and failing
+//! over when one dies (see `pool`). Tests have an in-memory twin (`memory`)
 //! and a fault-injecting decorator (`faults`); one conformance suite runs against both real
 //! and twin.
 //!
@@ -30,11 +32,13 @@ mod conformance;
 pub mod faults;
 #[cfg(test)]
 pub mod memory;
+mod pool;
 mod s3;
 
 use object_store::PutPayload;
 use sluice_meta::ObjectRecord;
 
+pub use pool::{FIRST_REST, GatewayState, MAX_REST, Pool};
 pub use s3::{Credentials, Upstream, UpstreamBucket, path};
 
 /// Why an upstream call failed, by the HTTP status of the answer (see the module doc).
@@ -105,6 +109,20 @@ pub trait UpstreamStore: Send + Sync {
     /// Where the shared tier is, for status.
     fn endpoint(&self) -> &str;
 
+    /// The state of each gateway behind this store, for status: one that is always up unless
+    /// the store is a [`Pool`], which tracks its gateways' failures.
+    fn gateways(&self) -> Vec<GatewayState> {
+        vec![GatewayState {
+            endpoint: self.endpoint().to_owned(),
+            up: true,
+            consecutive_failures: 0,
+            failures_total: 0,
+            retry_in_seconds: None,
+            last_error: None,
+            last_error_at_ms: None,
+        }]
+    }
+
     async fn create_bucket(&self, tenant: &str, bucket: &str) -> Result<(), UpstreamError>;
 
     async fn delete_bucket(&self, tenant: &str, bucket: &str) -> Result<(), UpstreamError>;
@@ -174,6 +192,10 @@ pub trait UpstreamStore: Send + Sync {
 impl<T: UpstreamStore + ?Sized> UpstreamStore for std::sync::Arc<T> {
     fn endpoint(&self) -> &str {
         (**self).endpoint()
+    }
+
+    fn gateways(&self) -> Vec<GatewayState> {
+        (**self).gateways()
     }
 
     async fn create_bucket(&self, tenant: &str, bucket: &str) -> Result<(), UpstreamError> {

@@ -60,12 +60,29 @@ pub struct FileDevice {
 pub struct FileAgent {
     pub listen: Option<String>,
     pub data_dir: Option<String>,
-    pub upstream: Option<String>,
+    pub upstream: Option<OneOrMany>,
     pub upstream_region: Option<String>,
     pub status_listen: Option<String>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub upstream_ca: Option<String>,
+}
+
+/// A string or a list of strings (`upstream = "http://gw:9000"` or `upstream = [...]`).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    pub fn into_vec(self) -> Vec<String> {
+        match self {
+            Self::One(s) => vec![s],
+            Self::Many(v) => v,
+        }
+    }
 }
 
 #[derive(Debug, Deserialize)]

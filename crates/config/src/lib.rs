@@ -134,13 +134,16 @@ pub struct S3Backend {
 pub struct AgentConfig {
     pub listen: String,
     pub data_dir: PathBuf,
-    pub upstream: String,
+    /// The gateways of the shared tier (`upstream`, a URL or a list of them): the drain
+    /// spreads its transfers over them and fails over when one dies. Never empty, no
+    /// duplicates, each `http://` or `https://` host and port without a path.
+    pub upstream: Vec<String>,
     /// The region the agent signs its upstream requests for (SigV4).
     pub upstream_region: String,
     pub status_listen: Option<String>,
     /// `tls_cert` and `tls_key`: the S3 listener speaks TLS with this certificate.
     pub tls: Option<TlsFiles>,
-    /// `upstream_ca`: a PEM file of CA certificates trusted for an `https://` upstream, in
+    /// `upstream_ca`: a PEM file of CA certificates trusted for every `https://` upstream, in
     /// addition to the system's roots.
     pub upstream_ca: Option<PathBuf>,
 }

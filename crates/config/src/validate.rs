@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use crate::file::{FileConfig, FileRetention, FileTenant};
+use crate::file::{FileConfig, FileRetention, FileTenant, OneOrMany};
 use crate::{
     AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, Device,
     GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant, TlsFiles,
@@ -162,23 +162,12 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
             )?,
             listen: a.listen.unwrap_or_else(|| "127.0.0.1:9100".to_owned()),
             data_dir: resolve(a.data_dir.as_deref().unwrap_or("./data/agent")),
-            upstream: a
-                .upstream
-                .unwrap_or_else(|| "http://127.0.0.1:9000".to_owned()),
+            upstream: upstreams(a.upstream)?,
             upstream_region: a.upstream_region.unwrap_or_else(|| "us-east-1".to_owned()),
             status_listen: a.status_listen,
             upstream_ca: a.upstream_ca.as_deref().map(&resolve),
         }),
     };
-    if let Some(a) = &agent
-        && !(a.upstream.starts_with("http://") || a.upstream.starts_with("https://"))
-    {
-        return Err(ConfigError::invalid(
-            "agent.upstream",
-            format!("{:?}: expected an http:// or https:// URL", a.upstream),
-        ));
-    }
-
     let mut tenants = Vec::with_capacity(file.tenants.len());
     let mut ids = HashSet::new();
     let mut keys = HashSet::new();
@@ -360,6 +349,80 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
     })
 }
 
+/// `[agent] upstream`: one URL or a list of them, each `http(s)://host[:port]` (a trailing
+/// `/` dropped), none twice. Absent: the gateway on this host's default port.
+fn upstreams(given: Option<OneOrMany>) -> Result<Vec<String>, ConfigError> {
+    let Some(given) = given else {
+        return Ok(vec!["http://127.0.0.1:9000".to_owned()]);
+    };
+    let list = given.into_vec();
+    if list.is_empty() {
+        return Err(ConfigError::invalid(
+            "agent.upstream",
+            "an empty list: name at least one gateway",
+        ));
+    }
+    let mut seen = HashSet::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, url) in list.into_iter().enumerate() {
+        let field = format!("agent.upstream[{i}]");
+        let normal = upstream_url(&url).map_err(|p| ConfigError::invalid(&field, p))?;
+        if !seen.insert(normal.to_ascii_lowercase()) {
+            return Err(ConfigError::invalid(
+                field,
+                format!("{url:?} is named twice"),
+            ));
+        }
+        out.push(normal);
+    }
+    Ok(out)
+}
+
+/// One upstream URL checked: `http(s)://host[:port]`, without a trailing `/`.
+fn upstream_url(url: &str) -> Result<String, String> {
+    let expected = "expected an http:// or https:// URL of a gateway (scheme, host, optional port)";
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+        .ok_or_else(|| format!("{url:?}: {expected}"))?;
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    let bad = authority.is_empty()
+        || authority
+            .chars()
+            .any(|c| c.is_whitespace() || matches!(c, '/' | '?' | '#' | '@'));
+    if bad {
+        return Err(format!("{url:?}: {expected}"));
+    }
+    // `[v6]:port`, `host:port` or a bare host; a port must be a number.
+    let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+        let (addr, after) = v6
+            .split_once(']')
+            .ok_or_else(|| format!("{url:?}: {expected}"))?;
+        let port = match after {
+            "" => None,
+            p => Some(
+                p.strip_prefix(':')
+                    .ok_or_else(|| format!("{url:?}: {expected}"))?,
+            ),
+        };
+        (addr, port)
+    } else {
+        match authority.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (authority, None),
+        }
+    };
+    if host.is_empty() {
+        return Err(format!("{url:?}: {expected}"));
+    }
+    if let Some(p) = port
+        && p.parse::<u16>().map_or(true, |p| p == 0)
+    {
+        return Err(format!("{url:?}: port {p:?} is not a port number"));
+    }
+    Ok(url.strip_suffix('/').unwrap_or(url).to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -486,5 +549,73 @@ mod tests {
             Some(Path::new("/etc/sluice/ca.pem"))
         );
         assert!(a.tls.is_none());
+    }
+
+    #[test]
+    fn upstream_is_one_url_or_a_list_of_them() {
+        let c = parse("[agent]\n").expect("valid");
+        assert_eq!(c.agent.expect("agent").upstream, ["http://127.0.0.1:9000"]);
+        let c = parse("[agent]\nupstream = \"https://gw:9443/\"\n").expect("valid");
+        assert_eq!(c.agent.expect("agent").upstream, ["https://gw:9443"]);
+        let c = parse("[agent]\nupstream = [\"http://gw1:9000\", \"http://[::1]:9001\"]\n")
+            .expect("valid");
+        assert_eq!(
+            c.agent.expect("agent").upstream,
+            ["http://gw1:9000", "http://[::1]:9001"]
+        );
+    }
+
+    #[test]
+    fn a_bad_upstream_list_is_refused_naming_the_entry() {
+        for (toml, field, says) in [
+            ("upstream = []", "agent.upstream:", "empty"),
+            ("upstream = \"gw:9000\"", "agent.upstream[0]:", "http://"),
+            (
+                "upstream = [\"http://a:9000\", \"ftp://b\"]",
+                "agent.upstream[1]:",
+                "http://",
+            ),
+            (
+                "upstream = [\"http://a:9000\", \"http://A:9000/\"]",
+                "agent.upstream[1]:",
+                "twice",
+            ),
+            (
+                "upstream = [\"http://a:port\"]",
+                "agent.upstream[0]:",
+                "port",
+            ),
+            ("upstream = [\"http://a:0\"]", "agent.upstream[0]:", "port"),
+            (
+                "upstream = [\"http://a:9000/path\"]",
+                "agent.upstream[0]:",
+                "http://",
+            ),
+            (
+                "upstream = [\"http://:9000\"]",
+                "agent.upstream[0]:",
+                "http://",
+            ),
+            (
+                "upstream = [\"http://u@a:9000\"]",
+                "agent.upstream[0]:",
+                "http://",
+            ),
+            (
+                "upstream = [\"http://[::1\"]",
+                "agent.upstream[0]:",
+                "http://",
+            ),
+        ] {
+            let err = parse(&format!("[agent]\n{toml}\n"))
+                .expect_err(toml)
+                .to_string();
+            assert!(
+                err.starts_with(field) && err.contains(says),
+                "{toml}: {err}"
+            );
+        }
+        let err = parse("[agent]\nupstream = 9000\n").expect_err("a number");
+        assert!(err.to_string().contains("upstream"), "{err}");
     }
 }

@@ -40,10 +40,11 @@ impl Args {
     fn apply(&self, config: &mut Config) {
         if let Some(g) = config.gateway.as_mut() {
             if let Some(l) = &self.gateway_listen {
-                if let Some(a) = config.agent.as_mut()
-                    && a.upstream == format!("http://{}", g.listen)
-                {
-                    a.upstream = format!("http://{l}");
+                if let Some(a) = config.agent.as_mut() {
+                    let before = format!("http://{}", g.listen);
+                    for u in a.upstream.iter_mut().filter(|u| **u == before) {
+                        *u = format!("http://{l}");
+                    }
                 }
                 g.listen.clone_from(l);
             }

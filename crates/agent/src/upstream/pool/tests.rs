@@ -1,0 +1,270 @@
+//! The pool over in-memory gateways behind fault injectors, in paused tokio time (a rest ends
+//! by advancing the clock, never by sleeping). Gateways of one shared tier are modelled as
+//! fault injectors in front of one twin (a shared catalog); the spreading test gives each
+//! gateway its own twin to see where calls went.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use md5::{Digest, Md5};
+use object_store::PutPayload;
+use sluice_meta::ObjectRecord;
+use tokio::time::Instant;
+
+use super::{FIRST_REST, MAX_REST, Pool};
+use crate::upstream::faults::{Fault, Faulty};
+use crate::upstream::memory::InMemoryUpstream;
+use crate::upstream::{UpstreamError, UpstreamStore};
+
+const T: &str = "t";
+const B: &str = "b";
+
+type Gw = Faulty<Arc<InMemoryUpstream>>;
+
+fn down() -> UpstreamError {
+    UpstreamError::Unavailable("connection refused".into())
+}
+
+/// Every call to `gw` fails as a dead gateway's would, until `clear`.
+fn kill(gw: &Gw) {
+    gw.randomly(1, 1.0, vec![Fault::Fail(down())]);
+}
+
+/// Two gateways in front of one twin.
+fn shared() -> (Arc<InMemoryUpstream>, [Arc<Gw>; 2], Pool<Gw>) {
+    let twin = Arc::new(InMemoryUpstream::new());
+    let gws = [
+        Arc::new(Faulty::new(Arc::clone(&twin))),
+        Arc::new(Faulty::new(Arc::clone(&twin))),
+    ];
+    let pool = Pool::new(gws.to_vec());
+    (twin, gws, pool)
+}
+
+/// A key whose calls go to gateway `i` first.
+fn key_on<U: UpstreamStore>(pool: &Pool<U>, i: usize) -> String {
+    (0..10_000)
+        .map(|n| format!("k{n}"))
+        .find(|k| pool.order((T, B, k), Instant::now())[0] == i)
+        .expect("some key hashes to every gateway")
+}
+
+fn md5_hex(b: &[u8]) -> String {
+    sluice_s3::blob::hex(&Md5::digest(b))
+}
+
+#[tokio::test(start_paused = true)]
+async fn objects_spread_over_the_gateways_and_one_object_stays_on_one() {
+    let twins = [
+        Arc::new(InMemoryUpstream::new()),
+        Arc::new(InMemoryUpstream::new()),
+    ];
+    let pool = Pool::new(twins.to_vec());
+    for t in &twins {
+        t.create_bucket(T, B).await.expect("bucket");
+    }
+    for n in 0..64 {
+        let key = format!("ckpt/shard-{n}");
+        let rec = ObjectRecord::default();
+        let id = pool
+            .create_multipart(T, B, &key, &rec)
+            .await
+            .expect("create");
+        let part = PutPayload::from(vec![1u8; 10]);
+        let etag = pool.put_part(T, B, &key, &id, 0, part).await.expect("part");
+        pool.complete_multipart(T, B, &key, &id, vec![etag])
+            .await
+            .expect("every step on the gateway that holds the upload");
+        assert!(pool.head(T, B, &key).await.expect("head").is_some());
+    }
+    let counts = twins.map(|t| t.keys(T, B).len());
+    assert_eq!(counts[0] + counts[1], 64);
+    assert!(counts.iter().all(|&c| c >= 16), "{counts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_gateway_dying_mid_multipart_hands_the_upload_to_the_other() {
+    let (twin, gws, pool) = shared();
+    pool.create_bucket(T, B).await.expect("bucket");
+    let key = key_on(&pool, 0);
+    let rec = ObjectRecord::default();
+    let id = pool
+        .create_multipart(T, B, &key, &rec)
+        .await
+        .expect("create");
+    let parts: Vec<Vec<u8>> = (0..4u8).map(|i| vec![i; 100]).collect();
+    let mut etags = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i == 2 {
+            kill(&gws[0]);
+        }
+        let etag = pool
+            .put_part(T, B, &key, &id, i, PutPayload::from(p.clone()))
+            .await
+            .expect("a part goes up through the live gateway");
+        assert_eq!(etag, md5_hex(p));
+        etags.push(etag);
+    }
+    pool.complete_multipart(T, B, &key, &id, etags)
+        .await
+        .expect("complete on the other gateway");
+    let whole: Vec<u8> = parts.concat();
+    assert_eq!(twin.object(T, B, &key).as_deref(), Some(whole.as_slice()));
+    let states = pool.states();
+    assert!(!states[0].up && states[1].up, "{states:?}");
+    assert_eq!(states[0].consecutive_failures, 1, "skipped while resting");
+    assert!(
+        states[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("connection refused")),
+        "{states:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_resting_gateway_is_skipped_then_probed_with_growing_rests() {
+    let (_twin, gws, pool) = shared();
+    pool.create_bucket(T, B).await.expect("bucket");
+    let key = key_on(&pool, 0);
+    // Its first three calls fail: each would count if the pool called it.
+    gws[0].fail_after(0, 3, &Fault::Fail(down()));
+    let body = || PutPayload::from(b"x".to_vec());
+    let rec = ObjectRecord::default();
+    pool.put(T, B, &key, body(), &rec)
+        .await
+        .expect("failed over");
+    assert_eq!(pool.states()[0].consecutive_failures, 1);
+    pool.put(T, B, &key, body(), &rec).await.expect("skipped");
+    assert_eq!(pool.states()[0].consecutive_failures, 1, "not called");
+    let rest = pool.states()[0].retry_in_seconds.expect("resting");
+    assert!((rest - FIRST_REST.as_secs_f64()).abs() < 1e-6, "{rest}");
+    tokio::time::advance(FIRST_REST).await;
+    assert!(pool.states()[0].up, "its rest is over");
+    pool.put(T, B, &key, body(), &rec)
+        .await
+        .expect("probe fails over");
+    let s = &pool.states()[0];
+    assert_eq!(s.consecutive_failures, 2);
+    assert!(!s.up);
+    assert!((s.retry_in_seconds.expect("resting") - 2.0).abs() < 1e-6);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    pool.put(T, B, &key, body(), &rec).await.expect("probe");
+    assert_eq!(pool.states()[0].consecutive_failures, 3);
+    tokio::time::advance(Duration::from_secs(4)).await;
+    pool.put(T, B, &key, body(), &rec).await.expect("back");
+    let s = &pool.states()[0];
+    assert!(
+        s.up && s.consecutive_failures == 0 && s.failures_total == 3,
+        "{s:?}"
+    );
+    assert!(pool.states()[1].up);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rests_grow_to_a_cap() {
+    let (_twin, gws, pool) = shared();
+    kill(&gws[0]);
+    kill(&gws[1]);
+    for _ in 0..12 {
+        let _ = pool.delete(T, B, "k").await;
+        tokio::time::advance(MAX_REST).await;
+    }
+    let _ = pool.delete(T, B, "k").await;
+    for s in pool.states() {
+        let rest = s.retry_in_seconds.expect("resting");
+        assert!((rest - MAX_REST.as_secs_f64()).abs() < 1e-6, "{s:?}");
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn both_down_fails_the_call_then_one_back_carries_it() {
+    let (twin, gws, pool) = shared();
+    pool.create_bucket(T, B).await.expect("bucket");
+    kill(&gws[0]);
+    kill(&gws[1]);
+    let rec = ObjectRecord::default();
+    let put = |body: &'static [u8]| pool.put(T, B, "k", PutPayload::from_static(body), &rec);
+    let Err(UpstreamError::Unavailable(m)) = put(b"one").await else {
+        panic!("every gateway down must be Unavailable");
+    };
+    assert!(m.contains("connection refused"), "{m}");
+    assert!(pool.states().iter().all(|s| !s.up));
+    // Both resting: a call still tries them (soonest rest end first) rather than failing
+    // without asking, so a gateway back up is found at once.
+    gws[1].clear();
+    assert_eq!(put(b"two").await, Ok(Some(md5_hex(b"two"))));
+    assert_eq!(twin.object(T, B, "k").as_deref(), Some(&b"two"[..]));
+    let states = pool.states();
+    assert!(states[1].up && !states[0].up, "{states:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn answers_of_the_shared_tier_are_not_retried_elsewhere() {
+    let (_twin, gws, pool) = shared();
+    pool.create_bucket(T, B).await.expect("bucket");
+    let key = key_on(&pool, 0);
+    let quota = UpstreamError::Refused {
+        status: 403,
+        message: "QuotaExceeded".into(),
+    };
+    let slow = UpstreamError::SlowDown("503 SlowDown".into());
+    for answer in [quota, UpstreamError::NotFound, slow] {
+        gws[0].fail_after(0, 1, &Fault::Fail(answer.clone()));
+        // Were the other gateway called, this would be its failure.
+        gws[1].fail_after(0, 1, &Fault::Fail(down()));
+        let got = pool
+            .put(
+                T,
+                B,
+                &key,
+                PutPayload::from_static(b"x"),
+                &ObjectRecord::default(),
+            )
+            .await;
+        assert_eq!(got, Err(answer));
+        let states = pool.states();
+        assert!(
+            states.iter().all(|s| s.up && s.failures_total == 0),
+            "{states:?}"
+        );
+        gws[1].clear();
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lost_answer_is_repeated_on_the_other_gateway_harmlessly() {
+    let (twin, gws, pool) = shared();
+    pool.create_bucket(T, B).await.expect("bucket");
+    let key = key_on(&pool, 0);
+    let rec = ObjectRecord::default();
+    let id = pool
+        .create_multipart(T, B, &key, &rec)
+        .await
+        .expect("create");
+    let etag = pool
+        .put_part(T, B, &key, &id, 0, PutPayload::from_static(b"part"))
+        .await
+        .expect("part");
+    // The complete is carried out, then its answer lost: the other gateway is asked again
+    // and finds the upload gone; the object is whole all the same.
+    gws[0].fail_after(0, 1, &Fault::LoseAnswer(down()));
+    let got = pool.complete_multipart(T, B, &key, &id, vec![etag]).await;
+    assert_eq!(got, Err(UpstreamError::NotFound));
+    assert_eq!(twin.object(T, B, &key).as_deref(), Some(&b"part"[..]));
+    let head = pool.head(T, B, &key).await.expect("head").expect("there");
+    assert_eq!(head.size, 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_names_every_gateway_in_order() {
+    let twins = [
+        Arc::new(InMemoryUpstream::new()),
+        Arc::new(InMemoryUpstream::new()),
+    ];
+    let pool = Pool::new(twins.to_vec());
+    let names: Vec<String> = pool.gateways().into_iter().map(|g| g.endpoint).collect();
+    let one = twins[0].endpoint().to_owned();
+    assert_eq!(names, [one.clone(), one.clone()]);
+    assert_eq!(pool.endpoint(), format!("{one}, {one}"));
+}
