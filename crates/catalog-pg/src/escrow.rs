@@ -22,6 +22,9 @@
 //!   nothing longer than a lease period. A commit whose lease lapsed fails the fast path's
 //!   check and takes the slow path; re-taking the lease deletes the old escrow and bumps the
 //!   generation, so headroom taken under the old one is never used under the new one.
+//! - **Node agents** (`agents`): escrow granted to a node agent (table `agent_escrow`, each
+//!   row its own lease) is counted as held by every slow path and by every grant; a commit
+//!   whose reservation drew from an agent's escrow spends that row first, in its transaction.
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -30,6 +33,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use sluice_meta::MetaError;
 
 use crate::db::{Tx, TxError, TxResult};
+
+mod agents;
 use crate::{Inner, signed, unsigned};
 
 /// Bytes and objects.
@@ -88,6 +93,8 @@ pub(crate) struct Ticket {
     added: Cell<Amount>,
     granted: Cell<Amount>,
     fast: Cell<bool>,
+    /// The node agent whose escrow the commit's reservation drew from (see `agents`).
+    agent: Option<String>,
 }
 
 fn lock(e: &Mutex<Escrow>) -> MutexGuard<'_, Escrow> {
@@ -120,6 +127,7 @@ impl Inner {
             added: Cell::new(Amount::default()),
             granted: Cell::new(Amount::default()),
             fast: Cell::new(false),
+            agent: None,
         }
     }
 
@@ -167,6 +175,8 @@ impl Inner {
                 unsigned(objects)
             },
         };
+        // What a node agent's escrow covers needs no other headroom.
+        let add = agents::spend_agent(tx, tenant, add, ticket)?;
         ticket.added.set(add);
         ticket.granted.set(Amount::default());
         let name = self.lease_name();
@@ -235,8 +245,9 @@ impl Inner {
             ),
             &[&tenant.as_bytes(), &self.holder],
         )?;
+        let agents = agents::agents_escrow(tx, tenant)?;
         let used = Amount {
-            bytes: unsigned(used.get(0)),
+            bytes: unsigned(used.get(0)).saturating_add(agents),
             objects: unsigned(used.get(1)),
         };
         let others = Amount {

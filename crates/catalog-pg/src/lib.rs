@@ -291,6 +291,7 @@ impl Inner {
     }
 
     fn refresh_ledger(&self) -> Result<()> {
+        self.refresh_agents()?;
         let before = self.commits.load(Ordering::SeqCst);
         let rows = self.db.read(|tx| {
             tx.query(
@@ -362,6 +363,16 @@ impl Inner {
 }
 
 impl Engine for PgCatalog {
+    fn grant_escrow(
+        &self,
+        tenant: &str,
+        holder: &str,
+        target: u64,
+        ttl: Duration,
+    ) -> Result<sluice_meta::EscrowGrant> {
+        self.inner.grant_escrow(tenant, holder, target, ttl)
+    }
+
     fn ledger(&self) -> &Ledger {
         &self.inner.ledger
     }

@@ -212,13 +212,15 @@ impl Inner {
         // Refuse a record that contradicts its body before any round trip.
         encode_object(rec, body)?;
         let (_slot, slot) = self.slot();
-        let ticket = self.prepare(
-            tenant,
-            Amount {
-                bytes: rec.size,
-                objects: 1,
-            },
-        );
+        let ticket = self
+            .prepare(
+                tenant,
+                Amount {
+                    bytes: rec.size,
+                    objects: 1,
+                },
+            )
+            .drawn_from(reservation.escrow());
         let result = self.db.write(|tx| {
             require_bucket(tx, tenant, bucket)?;
             let old = current(tx, tenant, bucket, key)?;

@@ -11,7 +11,8 @@
 //! holder, slot): each gateway writes only its own rows, and the sum is the tenant's usage.
 //! Version 2 adds `escrow` (headroom granted per tenant and gateway) and the leases'
 //! `generation` (see `escrow`). Version 3 adds `tenants` and `tenant_keys` (see `tenants`;
-//! a limit of `NULL` is none).
+//! a limit of `NULL` is none). Version 4 adds `agent_escrow`: node agents' escrow of a
+//! tenant's quota, each row its own lease (`expires_ms`; see `escrow`).
 
 use sluice_meta::MetaError;
 
@@ -81,6 +82,15 @@ CREATE TABLE tenant_keys (
     tenant BYTEA NOT NULL REFERENCES tenants (id),
     secret TEXT NOT NULL,
     created_ms BIGINT NOT NULL
+);
+",
+    "
+CREATE TABLE agent_escrow (
+    tenant BYTEA NOT NULL,
+    holder TEXT NOT NULL,
+    bytes BIGINT NOT NULL,
+    expires_ms BIGINT NOT NULL,
+    PRIMARY KEY (tenant, holder)
 );
 ",
 ];

@@ -111,13 +111,15 @@ impl Inner {
     ) -> Result<Option<PartRecord>> {
         let size = part.size;
         let (_slot, slot) = self.slot();
-        let ticket = self.prepare(
-            tenant,
-            Amount {
-                bytes: size,
-                objects: 0,
-            },
-        );
+        let ticket = self
+            .prepare(
+                tenant,
+                Amount {
+                    bytes: size,
+                    objects: 0,
+                },
+            )
+            .drawn_from(reservation.escrow());
         let result = self.db.write(|tx| {
             let mut rec = upload(tx, tenant, bucket, upload_id, key)?;
             let old = rec.parts.insert(number, part.clone());

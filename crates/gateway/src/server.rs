@@ -247,7 +247,7 @@ impl Gateway {
         } = listeners;
         let mut control = self.control;
         control.tls.clone_from(&tls);
-        let service = sluice_s3::service(self.front, &control.tenants);
+        let service = sluice_s3::gateway_service(self.front, &control.tenants);
         let (tx, rx) = watch::channel(false);
         let metrics_addr = metrics.map(|(l, a)| {
             control.clone().serve_metrics(l, rx.clone());

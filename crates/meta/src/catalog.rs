@@ -319,6 +319,22 @@ pub trait Engine: Send + Sync {
     /// Gives the lease `name` up if `holder` holds it (otherwise changes nothing).
     fn release_lease(&self, name: &str, holder: &str) -> Result<()>;
 
+    // ---- node agents' escrow ---------------------------------------------------------
+
+    /// Sets `holder`'s (a node agent's) escrow of `tenant`'s quota to `target` bytes for
+    /// `ttl` from now, as far as the quota allows: growing it takes free space (partly, if
+    /// less is free; never below what it holds), shrinking gives space back. Across every
+    /// process sharing the catalog, `used + reserved + live escrow ≤ quota`; a grant whose
+    /// `ttl` lapses without renewal holds nothing. An upload whose reservation came from
+    /// [`Ledger::reserve_from_escrow`] spends the holder's escrow in its commit.
+    fn grant_escrow(
+        &self,
+        tenant: &str,
+        holder: &str,
+        target: u64,
+        ttl: Duration,
+    ) -> Result<crate::EscrowGrant>;
+
     // ---- tenants ---------------------------------------------------------------------
 
     /// Inserts the tenants (and their keys) the catalog lacks, in one transaction; a tenant

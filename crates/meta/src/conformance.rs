@@ -8,8 +8,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use crate::{
-    Catalog, Entry, ListPage, ListQuery, MIN_PART_SIZE, MetaError, ObjectRecord, PartRecord,
-    PartSpec, Precondition, Result, Segment, UploadRecord,
+    Catalog, Entry, EscrowGrant, ListPage, ListQuery, MIN_PART_SIZE, MetaError, ObjectRecord,
+    PartRecord, PartSpec, Precondition, Result, Segment, UploadRecord,
 };
 
 /// Opens the engine under test on one store (a fresh one per test).
@@ -41,7 +41,10 @@ macro_rules! catalog_conformance {
             a_failed_condition_leaves_a_multipart_upload_to_complete_later,
             every_commit_of_a_key_gets_a_greater_version,
             a_restore_keeps_the_greater_version_and_is_idempotent,
-            a_lease_has_one_holder_until_released_or_lapsed);
+            a_lease_has_one_holder_until_released_or_lapsed,
+            an_agents_escrow_holds_quota_others_cannot_take,
+            an_upload_from_the_holder_spends_its_escrow_exactly,
+            a_lapsed_escrow_returns_and_a_live_one_survives_reopen);
     };
     (@each $harness:expr; $($name:ident),* $(,)?) => {
         $(
@@ -738,4 +741,112 @@ pub fn a_lease_has_one_holder_until_released_or_lapsed(h: &dyn Harness) {
     assert!(c.try_lease("other", "g1", Duration::ZERO).expect("take"));
     assert!(c.try_lease("other", "g3", minute).expect("lapsed"));
     assert!(!c.try_lease("gc", "g1", minute).expect("g2's"));
+}
+
+const MIB: u64 = 1 << 20;
+
+fn held(g: EscrowGrant) -> u64 {
+    match g {
+        EscrowGrant::Held { bytes, .. } => bytes,
+        EscrowGrant::Unlimited => panic!("a tenant with a quota got no escrow"),
+    }
+}
+
+/// Tenant `a` with a 10 MiB quota, bucket `bkt` and 6 MiB stored: less than half is free, so
+/// a shared engine holds none of it in a gateway's own escrow.
+fn near_quota(h: &dyn Harness) -> Catalog {
+    let c = open(h);
+    c.ledger().set_quota("a", 10 * MIB);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put(&c, "a", "stored", 6 * MIB);
+    c
+}
+
+fn grant(c: &Catalog, holder: &str, bytes: u64, ttl: Duration) -> u64 {
+    held(c.grant_escrow("a", holder, bytes, ttl).expect("grant"))
+}
+
+pub fn an_agents_escrow_holds_quota_others_cannot_take(h: &dyn Harness) {
+    let c = near_quota(h);
+    let minute = Duration::from_secs(60);
+    // Asking for more than is free gets what is free; asking again keeps it (it is its own).
+    assert_eq!(grant(&c, "agent:n1", 8 * MIB, minute), 4 * MIB);
+    assert_eq!(grant(&c, "agent:n1", 8 * MIB, minute), 4 * MIB);
+    // Nothing is left for another writer or another agent.
+    assert!(matches!(
+        c.ledger().reserve("a", 1),
+        Err(MetaError::QuotaExceeded { .. })
+    ));
+    assert_eq!(grant(&c, "agent:n2", MIB, minute), 0);
+    // Shrinking gives space back to everyone else.
+    assert_eq!(grant(&c, "agent:n1", 2 * MIB, minute), 2 * MIB);
+    put(&c, "a", "other", 2 * MIB);
+    assert!(c.ledger().reserve("a", 1).is_err());
+    // A tenant without a quota needs none.
+    c.ledger().set_quota("b", u64::MAX);
+    assert_eq!(
+        c.grant_escrow("b", "agent:n1", MIB, minute).expect("grant"),
+        EscrowGrant::Unlimited
+    );
+    assert!(matches!(
+        c.grant_escrow("ghost", "agent:n1", MIB, minute),
+        Err(MetaError::UnknownTenant)
+    ));
+}
+
+pub fn an_upload_from_the_holder_spends_its_escrow_exactly(h: &dyn Harness) {
+    let c = near_quota(h);
+    let minute = Duration::from_secs(60);
+    assert_eq!(grant(&c, "agent:n1", 4 * MIB, minute), 4 * MIB);
+    // Puts drawn from the escrow commit although nothing else is free.
+    for (key, size) in [("drained", 2 * MIB), ("drained2", MIB)] {
+        let r = c
+            .ledger()
+            .reserve_from_escrow("a", "agent:n1", size)
+            .expect("drawn");
+        c.put_object("a", "bkt", key, &obj(size, key), None, r)
+            .expect("put from escrow");
+    }
+    // 1 MiB of the escrow is left: a draw of 2 is refused and takes nothing from it.
+    assert!(matches!(
+        c.ledger().reserve_from_escrow("a", "agent:n1", 2 * MIB),
+        Err(MetaError::QuotaExceeded { .. })
+    ));
+    // A draw that does not commit gives its bytes back to the escrow.
+    let r = c
+        .ledger()
+        .reserve_from_escrow("a", "agent:n1", MIB)
+        .expect("the last MiB");
+    drop(r);
+    let r = c
+        .ledger()
+        .reserve_from_escrow("a", "agent:n1", MIB)
+        .expect("the last MiB again");
+    c.put_object("a", "bkt", "last", &obj(MIB, "last"), None, r)
+        .expect("put from escrow");
+    assert_eq!(c.ledger().usage("a").map(|u| u.0), Some(10 * MIB));
+    assert!(c.ledger().reserve("a", 1).is_err());
+    // Renewing a spent escrow finds nothing free.
+    assert_eq!(grant(&c, "agent:n1", MIB, minute), 0);
+}
+
+pub fn a_lapsed_escrow_returns_and_a_live_one_survives_reopen(h: &dyn Harness) {
+    {
+        let c = near_quota(h);
+        // A grant of no duration has lapsed at once: it holds nothing.
+        grant(&c, "agent:dead", 4 * MIB, Duration::ZERO);
+        assert!(c.ledger().reserve("a", 4 * MIB).is_ok());
+        assert_eq!(
+            grant(&c, "agent:n1", 3 * MIB, Duration::from_secs(60)),
+            3 * MIB
+        );
+    }
+    // Reopened (a restarted gateway), the live grant still holds its bytes.
+    let c = h.open();
+    c.ledger().set_quota("a", 10 * MIB);
+    assert!(matches!(
+        c.ledger().reserve("a", 2 * MIB),
+        Err(MetaError::QuotaExceeded { .. })
+    ));
+    assert!(c.ledger().reserve("a", MIB).is_ok());
 }

@@ -10,6 +10,10 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::{MetaError, Result};
 
+mod escrow;
+
+pub use escrow::EscrowGrant;
+
 #[derive(Debug)]
 struct Account {
     used: u64,
@@ -19,6 +23,8 @@ struct Account {
     objects: u64,
     max_objects: u64,
     max_buckets: u64,
+    /// Shared-tier quota held by node agents (see [`escrow`]), by holder.
+    agents: HashMap<String, escrow::Grant>,
 }
 
 impl Default for Account {
@@ -30,6 +36,7 @@ impl Default for Account {
             objects: 0,
             max_objects: u64::MAX,
             max_buckets: u64::MAX,
+            agents: HashMap::new(),
         }
     }
 }
@@ -77,6 +84,8 @@ impl Drop for ObjectSlot {
 pub struct Reservation {
     account: Shared,
     bytes: u64,
+    /// The part of `bytes` drawn from a node agent's escrow: `(holder, bytes)`.
+    escrow: Option<(String, u64)>,
 }
 
 impl Ledger {
@@ -161,7 +170,12 @@ impl Ledger {
     pub fn reserve(&self, tenant: &str, bytes: u64) -> Result<Reservation> {
         let account = self.account(tenant)?;
         take(&account, bytes)?;
-        Ok(Reservation { account, bytes: 0 }.with(bytes))
+        Ok(Reservation {
+            account,
+            bytes: 0,
+            escrow: None,
+        }
+        .with(bytes))
     }
 
     /// `(used, reserved, quota)` of a tenant.
@@ -208,7 +222,15 @@ impl Ledger {
 
 fn take(account: &Shared, bytes: u64) -> Result<()> {
     let mut a = lock(account);
-    let held = a.used.saturating_add(a.reserved);
+    take_locked(&mut a, bytes, escrow::now_ms())
+}
+
+/// Takes `bytes` of free space: what neither usage, reservations nor a live agent grant holds.
+fn take_locked(a: &mut Account, bytes: u64, now_ms: i64) -> Result<()> {
+    let held = a
+        .used
+        .saturating_add(a.reserved)
+        .saturating_add(escrow::live_total(a, now_ms));
     let available = a.quota.saturating_sub(held);
     if bytes > available {
         return Err(MetaError::QuotaExceeded {
@@ -247,6 +269,13 @@ impl Reservation {
         a.reserved = a.reserved.saturating_sub(self.bytes);
         a.used = a.used.saturating_add(added).saturating_sub(freed);
         self.bytes = 0;
+        // What it drew from an agent's escrow is spent.
+        self.escrow = None;
+    }
+
+    /// The node agent whose escrow this reservation drew from, and how much it drew.
+    pub fn escrow(&self) -> Option<(&str, u64)> {
+        self.escrow.as_ref().map(|(h, b)| (h.as_str(), *b))
     }
 }
 
@@ -255,6 +284,10 @@ impl Drop for Reservation {
         if self.bytes > 0 {
             let mut a = lock(&self.account);
             a.reserved = a.reserved.saturating_sub(self.bytes);
+            // A write that did not commit gives what it drew back to the agent's grant.
+            if let Some((holder, drawn)) = self.escrow.take() {
+                escrow::give_back(&mut a, &holder, drawn);
+            }
         }
     }
 }

@@ -17,6 +17,7 @@
 //! that miss here, listings and ListBuckets take the tier in (see [`tier`]).
 
 mod buckets;
+pub mod escrow;
 mod listing;
 mod multipart;
 mod objects;
@@ -343,10 +344,12 @@ impl S3 for Front {
         req: S3Request<dto::PutObjectInput>,
     ) -> S3Result<S3Response<dto::PutObjectOutput>> {
         let checksum = Expected::from_request(&req.headers, req.trailing_headers.as_ref());
+        let escrow = escrow::holder(&req.headers);
         let tenant = caller(&req)?;
         let input = req.input;
         self.run("PutObject", tenant, |t| async move {
-            self.put_object_op(&t, input, checksum?).await
+            self.put_object_from(&t, input, checksum?, escrow?.as_deref())
+                .await
         })
         .await
     }
@@ -426,10 +429,12 @@ impl S3 for Front {
         req: S3Request<dto::UploadPartInput>,
     ) -> S3Result<S3Response<dto::UploadPartOutput>> {
         let checksum = Expected::from_request(&req.headers, req.trailing_headers.as_ref());
+        let escrow = escrow::holder(&req.headers);
         let tenant = caller(&req)?;
         let input = req.input;
         self.run("UploadPart", tenant, |t| async move {
-            self.upload_part_op(&t, input, checksum?).await
+            self.upload_part_op(&t, input, checksum?, escrow?.as_deref())
+                .await
         })
         .await
     }

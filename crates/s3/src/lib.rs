@@ -47,6 +47,13 @@ pub fn service_with(s3: impl s3s::S3, tenants: &Arc<Tenants>) -> HttpService {
     HttpService::new(builder(s3, tenants).build())
 }
 
+/// The gateway's service: [`service`] plus the node agents' escrow requests
+/// ([`front::escrow`]).
+pub fn gateway_service(front: Front, tenants: &Arc<Tenants>) -> HttpService {
+    let route = front.escrow_route(tenants);
+    service_with_route(front, tenants, route)
+}
+
 /// [`service_with`] plus a custom route (the node agent's tenant-scoped status), which s3s
 /// answers after the same signature check; its access rule is its own (see [`sigv4_tenant`]).
 pub fn service_with_route(

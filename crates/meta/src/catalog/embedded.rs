@@ -24,6 +24,7 @@ use crate::{
 };
 
 mod engine;
+mod escrow;
 mod restore;
 mod uploads;
 
@@ -82,6 +83,7 @@ impl RedbCatalog {
             txn.open_table(UPLOADS)?;
             txn.open_table(USAGE)?;
             txn.open_table(LEASES)?;
+            txn.open_table(escrow::AGENT_ESCROW)?;
         }
         txn.commit()?;
         let catalog = Self {
@@ -91,6 +93,7 @@ impl RedbCatalog {
             hook: None,
         };
         let report = catalog.recompute_usage()?;
+        catalog.load_escrow()?;
         Ok((catalog, report))
     }
 

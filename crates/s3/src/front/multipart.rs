@@ -119,11 +119,13 @@ impl Front {
         }
     }
 
+    /// UploadPart, its space reserved from `escrow`'s escrow when it names a node agent.
     pub(super) async fn upload_part_op(
         &self,
         tenant: &str,
         input: dto::UploadPartInput,
         expected: Expected,
+        escrow: Option<&str>,
     ) -> ApiResult<dto::UploadPartOutput> {
         let number = part_number(input.part_number)?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
@@ -137,6 +139,7 @@ impl Front {
                 input.content_md5.as_deref(),
                 &expected,
                 None,
+                escrow,
             )
             .await?;
         let etag_hex = received.written.etag();

@@ -184,9 +184,11 @@ fn metadata(rec: &ObjectRecord) -> Option<dto::Metadata> {
 }
 
 impl Front {
-    /// Streams a body into a new blob with the space reserved first, or keeps it in memory
-    /// if it is at most `inline` bytes; returns where it is and what was written. On error
-    /// no blob is left and the reservation is released.
+    /// Streams a body into a new blob with the space reserved first (from `escrow`'s, a node
+    /// agent's, if named: see [`super::escrow`]), or keeps it in memory if it is at most
+    /// `inline` bytes; returns where it is and what was written. On error no blob is left and
+    /// the reservation is released.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn store_body<S, E>(
         &self,
         tenant: &str,
@@ -195,6 +197,7 @@ impl Front {
         declared: Option<u64>,
         max: u64,
         inline: Option<u64>,
+        escrow: Option<&str>,
     ) -> ApiResult<(Stored, Written, sluice_meta::Reservation)>
     where
         S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin,
@@ -205,10 +208,7 @@ impl Front {
         {
             return Err(ApiError::EntityTooLarge(max));
         }
-        let mut reservation = self
-            .catalog()
-            .ledger()
-            .reserve(tenant, declared.unwrap_or(0))?;
+        let mut reservation = self.reserve(tenant, declared.unwrap_or(0), escrow)?;
         let blob = self.blobs().blob_name(bucket);
         let limits = BodyLimits {
             declared,
@@ -239,6 +239,7 @@ impl Front {
         content_md5: Option<&str>,
         checksum: &Expected,
         inline: Option<u64>,
+        escrow: Option<&str>,
     ) -> ApiResult<Received> {
         let body = body.unwrap_or_else(|| {
             StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
@@ -253,6 +254,7 @@ impl Front {
                 declared,
                 self.config().max_object_size,
                 inline,
+                escrow,
             )
             .await?;
         let verified =
@@ -318,11 +320,23 @@ impl Front {
         }
     }
 
+    #[cfg(test)]
     pub(super) async fn put_object_op(
+        &self,
+        tenant: &str,
+        input: dto::PutObjectInput,
+        expected: Expected,
+    ) -> ApiResult<dto::PutObjectOutput> {
+        self.put_object_from(tenant, input, expected, None).await
+    }
+
+    /// PutObject, its space reserved from `escrow`'s escrow when it names a node agent.
+    pub(super) async fn put_object_from(
         &self,
         tenant: &str,
         mut input: dto::PutObjectInput,
         expected: Expected,
+        escrow: Option<&str>,
     ) -> ApiResult<dto::PutObjectOutput> {
         let cond = write_precondition(input.if_match.take(), input.if_none_match.take())?;
         let repr = representation!(input)?;
@@ -336,6 +350,7 @@ impl Front {
                 input.content_md5.as_deref(),
                 &expected,
                 Some(INLINE_MAX),
+                escrow,
             )
             .await?;
         let (rec, inline) = new_object(received.stored, &received.written, repr);
@@ -639,7 +654,7 @@ impl Front {
         }
         let body = self.read_object(tenant, source, range, None);
         let (stored, written, reservation) = self
-            .store_body(tenant, bucket, body, Some(len), u64::MAX, None)
+            .store_body(tenant, bucket, body, Some(len), u64::MAX, None, None)
             .await?;
         Ok((stored.into_blob()?, written, reservation))
     }
@@ -747,6 +762,7 @@ impl Front {
                     Some(len),
                     self.config().max_object_size,
                     Some(INLINE_MAX),
+                    None,
                 )
                 .await?
             }

@@ -171,4 +171,14 @@ impl Engine for RedbCatalog {
     fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
         Self::release_lease(self, name, holder)
     }
+
+    fn grant_escrow(
+        &self,
+        tenant: &str,
+        holder: &str,
+        target: u64,
+        ttl: Duration,
+    ) -> Result<crate::EscrowGrant> {
+        Self::grant_escrow(self, tenant, holder, target, ttl)
+    }
 }
