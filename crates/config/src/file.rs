@@ -66,6 +66,7 @@ pub struct FileAgent {
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
     pub upstream_ca: Option<String>,
+    pub escrow_lease: Option<HumanDuration>,
 }
 
 /// A string or a list of strings (`upstream = "http://gw:9000"` or `upstream = [...]`).

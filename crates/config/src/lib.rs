@@ -146,6 +146,10 @@ pub struct AgentConfig {
     /// `upstream_ca`: a PEM file of CA certificates trusted for every `https://` upstream, in
     /// addition to the system's roots.
     pub upstream_ca: Option<PathBuf>,
+    /// `escrow_lease`: how long the shared-tier quota the agent holds for a tenant outlives
+    /// its last renewal (renewed every third of it); a dead agent's escrow returns after
+    /// this. 1 s to 10 min, default 30 s.
+    pub escrow_lease: std::time::Duration,
 }
 
 /// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).

@@ -166,6 +166,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
             upstream_region: a.upstream_region.unwrap_or_else(|| "us-east-1".to_owned()),
             status_listen: a.status_listen,
             upstream_ca: a.upstream_ca.as_deref().map(&resolve),
+            escrow_lease: escrow_lease(a.escrow_lease)?,
         }),
     };
     let mut tenants = Vec::with_capacity(file.tenants.len());
@@ -423,6 +424,20 @@ fn upstream_url(url: &str) -> Result<String, String> {
     Ok(url.strip_suffix('/').unwrap_or(url).to_owned())
 }
 
+/// `[agent] escrow_lease`: 1 s to 10 min (the gateway's longest), default 30 s.
+fn escrow_lease(
+    d: Option<sluice_units::HumanDuration>,
+) -> Result<std::time::Duration, ConfigError> {
+    let d = d.map_or(std::time::Duration::from_secs(30), |d| d.0);
+    if d < std::time::Duration::from_secs(1) || d > std::time::Duration::from_secs(600) {
+        return Err(ConfigError::invalid(
+            "agent: escrow_lease",
+            "must be between 1s and 10m",
+        ));
+    }
+    Ok(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,6 +521,24 @@ mod tests {
             .expect_err("must fail")
             .to_string();
         assert!(err.contains("tenant[0] \"alice\": max_objects"), "{err}");
+    }
+
+    #[test]
+    fn the_agents_escrow_lease_defaults_to_30s_and_is_bounded() {
+        let c = parse("[agent]\n").expect("valid");
+        assert_eq!(
+            c.agent.expect("agent").escrow_lease,
+            std::time::Duration::from_secs(30)
+        );
+        let c = parse("[agent]\nescrow_lease = \"2s\"\n").expect("valid");
+        assert_eq!(
+            c.agent.expect("agent").escrow_lease,
+            std::time::Duration::from_secs(2)
+        );
+        for bad in ["500ms", "11m"] {
+            let e = parse(&format!("[agent]\nescrow_lease = \"{bad}\"\n")).expect_err(bad);
+            assert!(e.to_string().contains("escrow_lease"), "{e}");
+        }
     }
 
     #[test]
