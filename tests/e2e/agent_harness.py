@@ -44,7 +44,7 @@ class LocalSpec:
 @dataclass
 class Agent:
     workdir: Path
-    upstream: str
+    upstream: str | list[str]  # one gateway's endpoint, or several (`upstream = [...]`)
     tenants: list[Tenant]
     local: dict[str, LocalSpec] = field(default_factory=dict)
     port: int = 0
@@ -67,7 +67,7 @@ class Agent:
             "[agent]",
             f'listen = "127.0.0.1:{self.port}"',
             f'data_dir = "{self.workdir / "data"}"',
-            f'upstream = "{self.upstream}"',
+            f"upstream = {json.dumps(self.upstream)}",
         ]
         if self.status_port is not None:
             lines.append(f'status_listen = "127.0.0.1:{self.status_port}"')

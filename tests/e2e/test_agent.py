@@ -47,41 +47,61 @@ def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, t
     # Paced so that the drain takes a few seconds and the poller sees it in progress.
     agent = start_agent(tmp_path, tier, alice={"drain_rate": "24MiB/s"})
     try:
-        node = agent.client(ALICE)
-        upstream = tier.client("alice")
-        node.create_bucket(Bucket="ckpt")
-        prefix = "run/step-100/"
-        shards = {f"{prefix}__{rank}_0.distcp": os.urandom(size)
-                  for rank, size in enumerate([6 * MiB] * 6 + [20 * MiB, 1, 0])}
-        violations: list[str] = []
-        partial: list[int] = []  # listings taken mid-drain: some shards, no marker yet
-        seen_marker = threading.Event()
-        done = threading.Event()
+        drained = dcp_marker_lands_last(agent, tier.client("alice"))
+        # 56 MiB at 24 MiB/s, less the bucket's burst and one 16 MiB part sent ahead: the drain
+        # was paced (at least ~1.57 s from the first write), not instantaneous.
+        assert drained > 1.4, drained
+    finally:
+        agent.stop()
 
-        def poll():
-            while True:
-                finished = done.is_set()  # one more look after the drain has finished
-                up = listing(upstream, "ckpt", prefix) if upstream_bucket_exists() else {}
-                if up and f"{prefix}.metadata" not in up:
-                    partial.append(len(up))
-                if f"{prefix}.metadata" in up:
-                    seen_marker.set()
-                    incomplete = [k for k, v in shards.items() if up.get(k) != len(v)]
-                    if incomplete:
-                        violations.append(f".metadata visible before {incomplete}")
-                if finished:
-                    return
-                time.sleep(0.02)
 
-        def upstream_bucket_exists() -> bool:
-            try:
-                upstream.head_bucket(Bucket="ckpt")
-                return True
-            except ClientError:
-                return False
+def dcp_marker_lands_last(agent: Agent, upstream, mid_drain=None) -> float:
+    """DCP's fsspec writer's checkpoint through `agent` (alice's, paced so that the drain
+    takes seconds): a poller of the shared tier through `upstream` (a client of a gateway)
+    must never see `.metadata` before every shard is whole, and must see the drain in
+    progress. `mid_drain()`, if given, is called once the drain has sent bytes upstream
+    (test_agent_failover.py kills a gateway there). Returns the seconds from the first write
+    to drained."""
+    node = agent.client(ALICE)
+    node.create_bucket(Bucket="ckpt")
+    prefix = "run/step-100/"
+    shards = {f"{prefix}__{rank}_0.distcp": os.urandom(size)
+              for rank, size in enumerate([6 * MiB] * 6 + [20 * MiB, 1, 0])}
+    violations: list[str] = []
+    partial: list[int] = []  # listings taken mid-drain: some shards, no marker yet
+    seen_marker = threading.Event()
+    done = threading.Event()
+    fired = threading.Event()
 
-        poller = threading.Thread(target=poll)
-        poller.start()
+    def poll():
+        while True:
+            finished = done.is_set()  # one more look after the drain has finished
+            if mid_drain is not None and not fired.is_set() \
+                    and agent.tenant_status("alice")["drained_bytes_total"] > 0:
+                fired.set()
+                mid_drain()
+            up = listing(upstream, "ckpt", prefix) if upstream_bucket_exists() else {}
+            if up and f"{prefix}.metadata" not in up:
+                partial.append(len(up))
+            if f"{prefix}.metadata" in up:
+                seen_marker.set()
+                incomplete = [k for k, v in shards.items() if up.get(k) != len(v)]
+                if incomplete:
+                    violations.append(f".metadata visible before {incomplete}")
+            if finished:
+                return
+            time.sleep(0.02)
+
+    def upstream_bucket_exists() -> bool:
+        try:
+            upstream.head_bucket(Bucket="ckpt")
+            return True
+        except ClientError:
+            return False
+
+    poller = threading.Thread(target=poll)
+    poller.start()
+    try:
         # DCP's fsspec writer: shards, .metadata.tmp, then "rename" = CopyObject + DeleteObject.
         started = time.monotonic()
         for key, body in shards.items():
@@ -97,24 +117,22 @@ def test_dcp_checkpoint_reaches_the_shared_tier_with_its_marker_last(tmp_path, t
         assert node.get_object(Bucket="ckpt", Key=f"{prefix}.metadata")["Body"].read() == b"pickled metadata"
         status = agent.wait_drained("alice", timeout=60)
         drained = time.monotonic() - started
+    finally:
         done.set()
         poller.join()
-        assert violations == []
-        assert partial, "the poller never saw the drain in progress"
-        assert seen_marker.is_set()
-        up = listing(upstream, "ckpt")
-        assert f"{prefix}.metadata.tmp" not in up
-        assert set(up) == set(shards) | {f"{prefix}.metadata"}
-        for key, body in shards.items():
-            got = upstream.get_object(Bucket="ckpt", Key=key)["Body"].read()
-            assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest(), key
-        assert status["durable_up_to"]["marker"] == f"{prefix}.metadata"
-        assert status["drain_errors_total"] == 0
-        # 56 MiB at 24 MiB/s, less the bucket's burst and one 16 MiB part sent ahead: the drain
-        # was paced (at least ~1.57 s from the first write), not instantaneous.
-        assert drained > 1.4, drained
-    finally:
-        agent.stop()
+    assert violations == []
+    assert partial, "the poller never saw the drain in progress"
+    assert seen_marker.is_set()
+    assert mid_drain is None or fired.is_set()
+    up = listing(upstream, "ckpt")
+    assert f"{prefix}.metadata.tmp" not in up
+    assert set(up) == set(shards) | {f"{prefix}.metadata"}
+    for key, body in shards.items():
+        got = upstream.get_object(Bucket="ckpt", Key=key)["Body"].read()
+        assert hashlib.sha256(got).digest() == hashlib.sha256(body).digest(), key
+    assert status["durable_up_to"]["marker"] == f"{prefix}.metadata"
+    assert status["drain_errors_total"] == 0
+    return drained
 
 
 def test_reads_merge_the_node_and_the_shared_tier(tmp_path, tier):

@@ -3,7 +3,11 @@ CPU build of torch, `torch.distributed.checkpoint.save` with its fsspec writer t
 path whose endpoint is the agent, `load` back from the agent, then `load` from the gateway
 once the agent has drained, every tensor compared each time."""
 
+import threading
+import time
+
 import pytest
+from botocore.exceptions import ClientError
 
 from agent_harness import Agent
 from harness import REGION, Backend, Gateway, Tenant, require_module
@@ -59,12 +63,20 @@ def assert_same(torch, saved: dict, loaded: dict):
 
 
 def test_dcp_save_through_the_agent_load_from_both_tiers(tiers):
+    gw, agent = tiers
+    dcp_round_trip(agent, gw)
+
+
+def dcp_round_trip(agent: Agent, gw: Gateway, mid_drain=None) -> None:
+    """A DCP save through `agent`, a load back from it, a load from `gw` once drained; all
+    the while a poller of `gw` checks that `.metadata` never shows before every shard is
+    whole. `mid_drain()`, if given, is called once the drain has sent bytes upstream
+    (test_agent_failover.py kills the other gateway there)."""
     torch = require_module("torch", "torch")
     require_module("s3fs", "s3fs")
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint import FsspecReader, FsspecWriter
 
-    gw, agent = tiers
     agent.client(ALICE).create_bucket(Bucket="ckpt")
     torch.manual_seed(7)
     model = torch.nn.Sequential(
@@ -82,10 +94,40 @@ def test_dcp_save_through_the_agent_load_from_both_tiers(tiers):
     optim.step()
     state = {"model": model.state_dict(), "optim": optim.state_dict(), "step": 100}
     path = "s3://ckpt/run/step-100"
+    marker = "run/step-100/.metadata"
 
     # Two writer threads: two shard files, each above s3fs's 5 MiB block (multipart).
     dcp.save(state, storage_writer=FsspecWriter(path, thread_count=2,
                                                 **storage_options(agent.endpoint)))
+    node = agent.client(ALICE)
+    on_node = {o["Key"]: o["Size"]
+               for o in node.list_objects_v2(Bucket="ckpt")["Contents"]}
+    violations: list[str] = []
+    done, fired = threading.Event(), threading.Event()
+
+    def poll():
+        upstream = gw.client(ALICE)
+        while True:
+            finished = done.is_set()  # one more look after the drain has finished
+            if mid_drain is not None and not fired.is_set() \
+                    and agent.tenant_status(ALICE.id)["drained_bytes_total"] > 0:
+                fired.set()
+                mid_drain()
+            try:
+                up = {o["Key"]: o["Size"]
+                      for o in upstream.list_objects_v2(Bucket="ckpt").get("Contents", [])}
+            except ClientError:
+                up = {}  # the bucket is not upstream yet
+            if marker in up:
+                early = [k for k, v in on_node.items() if k != marker and up.get(k) != v]
+                if early:
+                    violations.append(f"{marker} visible before {early}")
+            if finished:
+                return
+            time.sleep(0.02)
+
+    poller = threading.Thread(target=poll)
+    poller.start()
 
     def fresh():
         return {
@@ -98,19 +140,24 @@ def test_dcp_save_through_the_agent_load_from_both_tiers(tiers):
             "step": 0,
         }
 
-    restored = fresh()
-    dcp.load(restored, storage_reader=FsspecReader(path, **storage_options(agent.endpoint)))
-    assert_same(torch, state, restored)
-
-    status = agent.wait_drained(ALICE.id, timeout=120)
-    assert status["durable_up_to"]["marker"] == "run/step-100/.metadata"
+    try:
+        restored = fresh()
+        dcp.load(restored, storage_reader=FsspecReader(path, **storage_options(agent.endpoint)))
+        assert_same(torch, state, restored)
+        status = agent.wait_drained(ALICE.id, timeout=120)
+    finally:
+        done.set()
+        poller.join()
+    assert violations == []
+    assert mid_drain is None or fired.is_set()
+    assert status["durable_up_to"]["marker"] == marker
     assert status["drain_errors_total"] == 0
     upstream = {o["Key"]: o["Size"]
                 for o in gw.client(ALICE).list_objects_v2(Bucket="ckpt")["Contents"]}
+    assert upstream == on_node
     shards = [k for k in upstream if k.endswith(".distcp")]
     assert len(shards) == 2 and all(upstream[k] > 5 * MiB for k in shards), upstream
-    assert set(upstream) == set(shards) | {"run/step-100/.metadata"}
-    node = agent.client(ALICE)
+    assert set(upstream) == set(shards) | {marker}
     assert all("-" in node.head_object(Bucket="ckpt", Key=k)["ETag"] for k in shards)  # multipart
 
     from_gateway = fresh()
