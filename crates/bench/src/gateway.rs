@@ -4,6 +4,13 @@
 //! work on the local filesystem directly and against SeaweedFS, in one run; and the gateway's
 //! memory while it moves the data.
 //!
+//! Where PostgreSQL is installed (see `postgres`), a third gateway runs beside them on a
+//! shared PostgreSQL catalog instead of its embedded redb one, over the same kind of backend
+//! (the local filesystem, on the same disk), so that only the catalog differs; the report
+//! gives its figures over the redb gateway's, from the same rounds (`pg_vs_redb`). After the
+//! rounds, the aggregate run (see `aggregate`) puts 1, 2 and 3 gateways on one PostgreSQL
+//! catalog and one backend.
+//!
 //! The filesystem baseline does what the gateway must do for durability: write each object's
 //! bytes and fsync them (the gateway also fsyncs the directory and commits its catalog). The
 //! page cache is dropped before each read phase (as root), so reads are disk reads for every
@@ -54,10 +61,23 @@ pub struct Config {
     pub sluice: PathBuf,
     #[serde(skip)]
     pub weed: Option<PathBuf>,
+    /// The directory of PostgreSQL's `initdb` and `postgres`, for the shared-catalog target
+    /// and the aggregate run; `None` skips both.
+    #[serde(skip)]
+    pub postgres: Option<PathBuf>,
 }
 
 impl Config {
     pub fn full(workdir: PathBuf, sluice: PathBuf, weed: Option<PathBuf>) -> Self {
+        Self::with_postgres(workdir, sluice, weed, None)
+    }
+
+    pub fn with_postgres(
+        workdir: PathBuf,
+        sluice: PathBuf,
+        weed: Option<PathBuf>,
+        postgres: Option<PathBuf>,
+    ) -> Self {
         Self {
             large_objects: 80,
             large_size: 64 << 20,
@@ -70,6 +90,7 @@ impl Config {
             workdir,
             sluice,
             weed,
+            postgres,
         }
     }
 
@@ -113,6 +134,43 @@ pub struct Report {
     pub config: Config,
     pub bytes_moved_per_target: u64,
     pub targets: Vec<TargetResult>,
+    /// `postgres --version` of the server the shared-catalog targets ran on; `None`: skipped.
+    pub postgres: Option<String>,
+    /// The gateway on the PostgreSQL catalog over the gateway on the embedded (redb) one, in
+    /// this run.
+    pub pg_vs_redb: Option<Ratios>,
+    /// 1, 2 and 3 gateways on one PostgreSQL catalog (see `aggregate`).
+    pub aggregate: Option<crate::aggregate::Report>,
+}
+
+/// One target's figures over another's, measured in the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Ratios {
+    /// Of the medians.
+    pub put_mib_s: f64,
+    pub get_mib_s: f64,
+    pub small_put_ops_s: f64,
+    pub small_get_ops_s: f64,
+    /// Each round's, `[put_mib_s, get_mib_s, small_put_ops_s, small_get_ops_s]`: the two
+    /// targets ran side by side in every round.
+    pub rounds: Vec<[f64; 4]>,
+}
+
+impl Ratios {
+    pub fn of(t: &TargetResult, base: &TargetResult) -> Self {
+        Self {
+            put_mib_s: t.put_mib_s / base.put_mib_s,
+            get_mib_s: t.get_mib_s / base.get_mib_s,
+            small_put_ops_s: t.small_put_ops_s / base.small_put_ops_s,
+            small_get_ops_s: t.small_get_ops_s / base.small_get_ops_s,
+            rounds: t
+                .rounds
+                .iter()
+                .zip(&base.rounds)
+                .map(|(a, b)| std::array::from_fn(|i| a[i] / b[i]))
+                .collect(),
+        }
+    }
 }
 
 /// The work, against some place that stores objects.
@@ -191,6 +249,12 @@ pub fn payload(len: usize, seed: u64) -> Bytes {
 
 /// The name of the gateway over TLS in the report.
 pub const TLS_TARGET: &str = "sluice gateway (TLS)";
+/// The gateway on the embedded (redb) catalog.
+pub const REDB_TARGET: &str = "sluice gateway";
+/// The gateway on the shared PostgreSQL catalog.
+pub const PG_TARGET: &str = "sluice gateway (PostgreSQL catalog)";
+/// The width of a target's name in the terminal's tables.
+const NAME_WIDTH: usize = 36;
 
 /// Writes a throwaway CA's certificate for `127.0.0.1` (`cert.pem`, `key.pem`) into `dir`, for
 /// the TLS target; returns the CA's certificate (PEM), which its client trusts.
@@ -214,7 +278,7 @@ fn throwaway_certificate(dir: &std::path::Path) -> Result<String, BenchError> {
 }
 
 /// Runs `n` operations with `concurrency` in flight; returns the wall time and latencies.
-async fn run_ops<F, Fut>(
+pub(crate) async fn run_ops<F, Fut>(
     n: usize,
     concurrency: usize,
     op: F,
@@ -421,14 +485,20 @@ impl Live {
     }
 }
 
-/// Runs the benchmark: filesystem, gateway (local filesystem backend), the gateway over TLS,
-/// SeaweedFS if found.
+/// Runs the benchmark: filesystem, gateway (local filesystem backend), the gateway on a
+/// PostgreSQL catalog (if `cfg.postgres`), the gateway over TLS, SeaweedFS if found; then the
+/// aggregate over 1, 2 and 3 gateways (if `cfg.postgres`).
 /// Each round writes on every target, then reads on every target, the targets' order rotating
 /// from round to round, so that no target's reads always follow its own writes most closely.
 pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
     // Declared before the servers, so dropped after them: an error anywhere still stops them
     // and then removes their data (a full run writes tens of GiB).
     let scratch = Scratch::create(&cfg.workdir)?;
+    // Before the gateways, so stopped after them.
+    let pg = match &cfg.postgres {
+        Some(bin) => Some(start_postgres(bin.clone(), cfg.workdir.join("postgres")).await?),
+        None => None,
+    };
     let mut live = Vec::new();
     let fs_dir = cfg.workdir.join("fs");
     std::fs::create_dir_all(&fs_dir)?;
@@ -440,7 +510,20 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
         ACCESS_KEY,
         SECRET_KEY,
     )?;
-    live.push(("sluice gateway", Live::server(client, gw)));
+    live.push((REDB_TARGET, Live::server(client, gw)));
+    // The same gateway on a shared PostgreSQL catalog, over the same kind of backend (the
+    // local filesystem, on the same disk): only the catalog differs.
+    if let Some(pg) = &pg {
+        let dir = cfg.workdir.join("gateway-pg");
+        let gw = procs::start_shared_gateway(&cfg.sluice, &dir, &pg.url, &dir.join("objects"))?;
+        let client = S3Client::new(
+            &format!("http://127.0.0.1:{}", gw.port),
+            "bench",
+            ACCESS_KEY,
+            SECRET_KEY,
+        )?;
+        live.push((PG_TARGET, Live::server(client, gw)));
+    }
     // The same gateway over TLS (a throwaway private CA), beside the plain one in every round.
     let tls_dir = cfg.workdir.join("gateway-tls");
     let ca = throwaway_certificate(&tls_dir)?;
@@ -510,18 +593,66 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
             reads[i].push(live[i].1.read_small(&cfg).await?);
         }
     }
-    let targets = live
+    let targets: Vec<TargetResult> = live
         .iter()
         .zip(writes.iter().zip(&large_reads).zip(&reads))
         .map(|((name, target), ((w, l), r))| combine(name, target.rss(), w, l, r))
         .collect();
     drop(live);
+    let named = |name: &str| targets.iter().find(|t| t.name == name);
+    let pg_vs_redb = named(PG_TARGET)
+        .zip(named(REDB_TARGET))
+        .map(|(pg, redb)| Ratios::of(pg, redb));
+    let aggregate = match &pg {
+        Some(pg) => Some(
+            crate::aggregate::run(
+                &cfg,
+                &pg.aggregate_url,
+                &cfg.workdir.join("aggregate"),
+                progress,
+            )
+            .await?,
+        ),
+        None => None,
+    };
+    let postgres = pg.as_ref().map(|pg| pg.server.version.clone());
+    drop(pg);
     drop(scratch);
     Ok(Report {
         bytes_moved_per_target: 2 * (cfg.large_objects * cfg.large_size) as u64,
         config: cfg,
         targets,
+        postgres,
+        pg_vs_redb,
+        aggregate,
     })
+}
+
+/// The PostgreSQL server of a run and its two catalogs (the shared-catalog target's and the
+/// aggregate's), each with the bucket `bench`.
+struct Postgres {
+    server: crate::postgres::PgServer,
+    url: String,
+    aggregate_url: String,
+}
+
+async fn start_postgres(bin: PathBuf, dir: PathBuf) -> Result<Postgres, BenchError> {
+    let handle = tokio::runtime::Handle::current();
+    // The server's start and the catalogs' migrations block: off the runtime's workers.
+    tokio::task::spawn_blocking(move || {
+        let server = crate::postgres::PgServer::start(&bin, &dir)?;
+        let url = server.database("sluice")?;
+        crate::postgres::create_bucket(&url, handle.clone(), "bench", &["bench"])?;
+        let aggregate_url = server.database("aggregate")?;
+        crate::postgres::create_bucket(&aggregate_url, handle, "bench", &["bench"])?;
+        Ok(Postgres {
+            server,
+            url,
+            aggregate_url,
+        })
+    })
+    .await
+    .map_err(|e| BenchError::Setup(e.to_string()))?
 }
 
 /// One target's rounds as one result: medians, and each round's rates.
@@ -572,7 +703,7 @@ pub fn table(r: &Report) -> String {
     let base = r.targets.first().cloned();
     let _ = writeln!(
         out,
-        "{:<20} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}",
+        "{:<NAME_WIDTH$} {:>10} {:>7} {:>10} {:>7} {:>10} {:>10} {:>9} {:>9} {:>9} {:>14}",
         "target",
         "PUT MiB/s",
         "vs fs",
@@ -594,7 +725,7 @@ pub fn table(r: &Report) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<20} {:>10.0} {:>7} {:>10.0} {:>7} {:>10.0} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>14}",
+            "{:<NAME_WIDTH$} {:>10.0} {:>7} {:>10.0} {:>7} {:>10.0} {:>10.0} {:>8.2}ms {:>8.2}ms {:>8.2}ms {:>14}",
             t.name,
             t.put_mib_s,
             ratio(t.put_mib_s, base.as_ref().map(|b| b.put_mib_s)),
@@ -619,7 +750,21 @@ pub fn table(r: &Report) -> String {
             .iter()
             .map(|[p, g, sp, sg]| format!("{p:.0} / {g:.0}, {sp:.0} / {sg:.0}"))
             .collect();
-        let _ = writeln!(out, "  {:<20} {}", t.name, rounds.join("; "));
+        let _ = writeln!(out, "  {:<NAME_WIDTH$} {}", t.name, rounds.join("; "));
+    }
+    if let Some(x) = &r.pg_vs_redb {
+        let _ = writeln!(
+            out,
+            "PostgreSQL catalog / redb catalog, same run: 4K PUT {:.0}% (target >= 50%), 4K GET \
+             {:.0}%, PUT MiB/s {:.0}% (target >= 95%), GET MiB/s {:.0}%",
+            100.0 * x.small_put_ops_s,
+            100.0 * x.small_get_ops_s,
+            100.0 * x.put_mib_s,
+            100.0 * x.get_mib_s
+        );
+    }
+    if let Some(a) = &r.aggregate {
+        out.push_str(&crate::aggregate::table(a));
     }
     let Some(base) = base else { return out };
     let _ = writeln!(
@@ -633,7 +778,7 @@ pub fn table(r: &Report) -> String {
         let q = |p: f64| quantile(&ratios, p);
         let _ = writeln!(
             out,
-            "  {:<20} {:.2} / {:.2} / {:.2} ({} slices)",
+            "  {:<NAME_WIDTH$} {:.2} / {:.2} / {:.2} ({} slices)",
             t.name,
             q(0.25),
             q(0.5),

@@ -5,13 +5,18 @@
 //!   payloads so the client does not spend the machine's two cores hashing);
 //! - [`procs`]: child processes on loopback (a sluice gateway, SeaweedFS) and their memory;
 //! - [`gateway`]: the shared-tier gateway benchmark (large-object throughput, small-object
-//!   operations, memory) against the filesystem directly and against SeaweedFS;
+//!   operations, memory) against the filesystem directly and against SeaweedFS, on the
+//!   embedded catalog and on a shared PostgreSQL one;
+//! - [`aggregate`]: 1, 2 and 3 gateways on one PostgreSQL catalog and one backend;
+//! - [`postgres`]: a PostgreSQL server started for the run;
 //! - [`stats`]: latency percentiles.
 
+pub mod aggregate;
 pub mod calibrate;
 pub mod client;
 pub mod gateway;
 pub mod noisy;
+pub mod postgres;
 pub mod procs;
 pub mod report;
 pub mod stats;

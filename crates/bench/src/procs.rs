@@ -1,4 +1,5 @@
-//! Child processes on loopback for benchmarks: a sluice gateway, a node agent and SeaweedFS.
+//! Child processes on loopback for benchmarks: a sluice gateway (on its embedded catalog or a
+//! shared one), a node agent and SeaweedFS.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -269,6 +270,34 @@ pub fn start_gateway(
             }
         }
     }
+    serve(Command::new(sluice), "gateway", &config, dir, port)
+}
+
+/// Starts `sluice gateway` on a free port with tenant `bench`, its catalog the shared one at
+/// `catalog_url` (`[catalog] url`; the buckets are made there beforehand, see
+/// [`crate::postgres::create_bucket`]). Its local filesystem backend is `objects`, shared by
+/// every gateway given the same directory: `data_dir/objects` is made a symbolic link to it.
+pub fn start_shared_gateway(
+    sluice: &Path,
+    dir: &Path,
+    catalog_url: &str,
+    objects: &Path,
+) -> Result<Proc, BenchError> {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data)?;
+    std::fs::create_dir_all(objects)?;
+    std::os::unix::fs::symlink(objects, data.join("objects"))?;
+    let port = free_port()?;
+    let config = dir.join("sluice.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[gateway]\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n\
+             [catalog]\nurl = \"{catalog_url}\"\n\n\
+             [[tenant]]\nid = \"bench\"\naccess_key = \"{ACCESS_KEY}\"\nsecret_key = \"{SECRET_KEY}\"\n",
+            data.display()
+        ),
+    )?;
     serve(Command::new(sluice), "gateway", &config, dir, port)
 }
 

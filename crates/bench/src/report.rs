@@ -144,6 +144,13 @@ struct GatewayReport {
     config: GatewayConfig,
     bytes_moved_per_target: Option<u64>,
     targets: Vec<GatewayTarget>,
+    /// Reports written before the PostgreSQL catalog's target have none of these.
+    #[serde(default)]
+    postgres: Option<String>,
+    #[serde(default)]
+    pg_vs_redb: Option<catalogs::PgRatios>,
+    #[serde(default)]
+    aggregate: Option<catalogs::Aggregate>,
 }
 
 #[derive(Deserialize, PartialEq)]
@@ -286,7 +293,8 @@ fn gateway_default_command(path: &str) -> String {
 }
 
 /// The command that reproduces `r`: the preset its configuration is (`--quick` or the
-/// default), and `--weed none` when it ran without SeaweedFS.
+/// default), `--weed none` when it ran without SeaweedFS, `--postgres none` without
+/// PostgreSQL.
 fn gateway_command(r: &GatewayReport, path: &str) -> String {
     let quick = GatewayConfig::of(
         &crate::gateway::Config::full(PathBuf::new(), PathBuf::new(), None).quick(),
@@ -297,6 +305,9 @@ fn gateway_command(r: &GatewayReport, path: &str) -> String {
     }
     if !r.targets.iter().any(|t| t.name.starts_with("SeaweedFS")) {
         cmd.push_str(" --weed none");
+    }
+    if r.postgres.is_none() && !r.targets.iter().any(|t| t.name.contains("PostgreSQL")) {
+        cmd.push_str(" --postgres none");
     }
     let _ = write!(cmd, " --json {path}");
     cmd
@@ -493,6 +504,18 @@ fn gateway_figures(src: &Source) -> Result<String, ReportError> {
             out.push('\n');
         }
     }
+    let (large, small_name) = catalogs::sizes(r.config.large_size, r.config.small_size);
+    if let Some(x) = &r.pg_vs_redb {
+        out.push_str(&catalogs::pg_figures(
+            x,
+            &large,
+            &small_name,
+            r.postgres.as_deref(),
+        ));
+    }
+    if let Some(a) = &r.aggregate {
+        out.push_str(&catalogs::aggregate_figures(a, &large, &small_name));
+    }
     Ok(out)
 }
 
@@ -532,6 +555,12 @@ fn gateway_summary(src: &Source) -> Result<String, ReportError> {
                 .map_or(NONE.to_owned(), |p| format!("{} MiB", mib(p))),
         );
     }
+    out.push_str(&catalogs::summary_line(
+        r.pg_vs_redb.as_ref(),
+        r.aggregate.as_ref(),
+        &large,
+        &small,
+    ));
     Ok(out)
 }
 
@@ -902,5 +931,6 @@ fn rate_text(bps: f64) -> String {
     }
 }
 
+mod catalogs;
 #[cfg(test)]
 mod tests;

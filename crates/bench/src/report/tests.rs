@@ -103,8 +103,8 @@ fn the_gateway_table_has_a_row_per_target_with_ratios_to_the_filesystem() {
     inputs.gateway = source("docs/bench/gateway.json", Some(GATEWAY_JSON));
     let figures = figures(&inputs).expect("renders");
     let md = section(&figures, GATEWAY);
-    let command =
-        "`target/release/sluice bench gateway --weed none --json docs/bench/gateway.json`";
+    let command = "`target/release/sluice bench gateway --weed none --postgres none --json \
+         docs/bench/gateway.json`";
     assert!(md.starts_with(command), "{md}");
     assert!(md.contains("80 × 64 MiB objects (4 in flight)"), "{md}");
     assert!(
@@ -140,7 +140,7 @@ fn the_command_names_the_preset_the_report_was_run_with() {
     let r: GatewayReport = serde_json::from_value(json).expect("parses");
     assert_eq!(
         gateway_command(&r, "g.json"),
-        "target/release/sluice bench gateway --quick --json g.json"
+        "target/release/sluice bench gateway --quick --postgres none --json g.json"
     );
     let a: AgentReport = serde_json::from_str(AGENT_JSON).expect("parses");
     assert_eq!(
@@ -265,10 +265,41 @@ fn the_real_reports_serialize_to_what_the_renderer_reads() {
         rounds: vec![[500.0, 1000.0, 10.0, 20.0]],
         large_get_slices_s: vec![vec![0.5]],
     };
+    let pg = crate::gateway::TargetResult {
+        name: crate::gateway::PG_TARGET.to_owned(),
+        ..target.clone()
+    };
+    let step = |gateways: usize, put: f64| crate::aggregate::Step {
+        gateways,
+        large_objects: 8,
+        large_in_flight: 4 * gateways,
+        small_objects: 400 * gateways,
+        small_in_flight: 16 * gateways,
+        put_mib_s: 500.0,
+        get_mib_s: 900.0,
+        small_put_ops_s: put,
+        small_get_ops_s: 3000.0,
+        small_put_p99_s: 0.012,
+        small_get_p99_s: 0.002,
+        vs_one_gateway: [1.0, 1.0, put / 1000.0, 1.0],
+        rounds: vec![[500.0, 900.0, put, 3000.0]],
+    };
     let gateway = crate::gateway::Report {
         config: crate::gateway::Config::full(PathBuf::new(), PathBuf::new(), None).quick(),
         bytes_moved_per_target: 1 << 30,
-        targets: vec![target],
+        pg_vs_redb: Some(crate::gateway::Ratios::of(&pg, &target)),
+        targets: vec![target, pg],
+        postgres: Some("postgres (PostgreSQL) 15.14".to_owned()),
+        aggregate: Some(crate::aggregate::Report {
+            steps: vec![step(1, 1000.0), step(3, 1500.0)],
+            starts: vec![crate::aggregate::Start {
+                gateway: 2,
+                blobs_before: 1208,
+                blobs_after: 1208,
+            }],
+            rounds: 1,
+            cold_reads: false,
+        }),
     };
     let noisy = crate::noisy::Report {
         seed: 1,
@@ -295,7 +326,29 @@ fn the_real_reports_serialize_to_what_the_renderer_reads() {
     inputs.noisy.json = Some(serde_json::to_value(&noisy).expect("serializes"));
     let figures = figures(&inputs).expect("renders");
     let md = section(&figures, GATEWAY);
-    assert!(md.contains("bench gateway --quick --weed none"), "{md}");
+    assert!(
+        md.contains("bench gateway --quick --weed none --json"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "| of the medians | 100% (target ≥ 95%: met) | 100% (target ≥ 95%: met) | 100% \
+             (target ≥ 50%: met) | 100% |"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("(postgres (PostgreSQL) 15.14, fsync on)"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| 3 | 12 / 48 | 1,200 | 500 | 900 | 1,500 | 3,000 | 12.0 ms / 2.00 ms | 1.50× / 1.00× |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("gateway 2 started on 1,208 blobs and left 1,208"),
+        "{md}"
+    );
     assert!(md.contains("The page cache was not dropped"), "{md}");
     let row = "| filesystem | 500 | 100% | 1,000 | 100% | – | 10 | 20 | 1.00 ms / 2.00 ms / 3.00 ms | – |";
     assert!(md.contains(row), "{md}");
@@ -346,4 +399,93 @@ fn numbers_read_as_people_write_them() {
     assert_eq!(rate_text(100.0 * MIB), "100 MiB/s");
     assert_eq!(ms(Some(0.001_04)), "1.04 ms");
     assert_eq!(ms(Some(1.9609)), "1,961 ms");
+}
+
+/// A report with the PostgreSQL-catalog target, its ratios and the aggregate, as
+/// `sluice bench gateway --weed none --json` writes it where PostgreSQL is installed.
+const GATEWAY_PG_JSON: &str = r#"{
+  "config": {"large_objects": 80, "large_size": 67108864, "large_concurrency": 4,
+             "large_slice": 8, "small_objects": 4000, "small_size": 4096,
+             "small_concurrency": 16, "rounds": 2},
+  "bytes_moved_per_target": 10737418240,
+  "targets": [
+    {"name": "sluice gateway", "put_mib_s": 1000.0, "get_mib_s": 800.0,
+     "small_put_ops_s": 2000.0, "small_get_ops_s": 14000.0,
+     "small_put_p50_s": 0.008, "small_put_p99_s": 0.017, "small_put_p999_s": 0.026,
+     "small_get_p99_s": 0.002, "rss_start_bytes": 10485760, "rss_peak_bytes": 136314880,
+     "rss_end_bytes": 104857600, "cold_reads": true,
+     "rounds": [[990.0, 790.0, 1900.0, 13000.0], [1010.0, 810.0, 2100.0, 15000.0]]},
+    {"name": "sluice gateway (PostgreSQL catalog)", "put_mib_s": 960.0, "get_mib_s": 800.0,
+     "small_put_ops_s": 900.0, "small_get_ops_s": 7000.0,
+     "small_put_p50_s": 0.016, "small_put_p99_s": 0.03, "small_put_p999_s": 0.05,
+     "small_get_p99_s": 0.004, "rss_start_bytes": 10485760, "rss_peak_bytes": 136314880,
+     "rss_end_bytes": 104857600, "cold_reads": true,
+     "rounds": [[950.0, 780.0, 800.0, 6500.0], [970.0, 820.0, 1000.0, 7500.0]]}
+  ],
+  "postgres": "postgres (PostgreSQL) 15.14",
+  "pg_vs_redb": {"put_mib_s": 0.96, "get_mib_s": 1.0, "small_put_ops_s": 0.45,
+                 "small_get_ops_s": 0.5,
+                 "rounds": [[0.9596, 0.9873, 0.4211, 0.5], [0.9604, 1.0123, 0.4762, 0.5]]},
+  "aggregate": {"rounds": 2, "cold_reads": true,
+    "starts": [{"gateway": 2, "blobs_before": 4080, "blobs_after": 4080},
+               {"gateway": 3, "blobs_before": 8080, "blobs_after": 8080}],
+    "steps": [
+      {"gateways": 1, "large_objects": 80, "large_in_flight": 4, "small_objects": 4000,
+       "small_in_flight": 16, "put_mib_s": 900.0, "get_mib_s": 800.0,
+       "small_put_ops_s": 900.0, "small_get_ops_s": 7000.0, "small_put_p99_s": 0.03,
+       "small_get_p99_s": 0.004, "vs_one_gateway": [1.0, 1.0, 1.0, 1.0],
+       "rounds": [[900.0, 800.0, 900.0, 7000.0]]},
+      {"gateways": 3, "large_objects": 80, "large_in_flight": 12, "small_objects": 12000,
+       "small_in_flight": 48, "put_mib_s": 950.0, "get_mib_s": 820.0,
+       "small_put_ops_s": 1350.0, "small_get_ops_s": 9000.0, "small_put_p99_s": 0.06,
+       "small_get_p99_s": null, "vs_one_gateway": [1.0556, 1.025, 1.5, 1.2857],
+       "rounds": [[950.0, 820.0, 1350.0, 9000.0]]}
+    ]}
+}"#;
+
+#[test]
+fn the_postgres_catalog_is_rendered_against_redb_and_the_aggregate_per_gateway_count() {
+    let mut inputs = none();
+    inputs.gateway = source("docs/bench/gateway.json", Some(GATEWAY_PG_JSON));
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, GATEWAY);
+    // PostgreSQL ran: the command does not skip it.
+    assert!(
+        md.starts_with("`target/release/sluice bench gateway --weed none --json docs/bench/"),
+        "{md}"
+    );
+    let row = "| sluice gateway (PostgreSQL catalog) | 960 | 96% | 800 | 100% | – | 900 | 7,000 |";
+    assert!(md.contains(row), "{md}");
+    let ratios = "| of the medians | 96% (target ≥ 95%: met) | 100% (target ≥ 95%: met) | 45% \
+                  (target ≥ 50%: not met) | 50% |";
+    assert!(md.contains(ratios), "{md}");
+    assert!(md.contains("| round 2 | 96% | 101% | 48% | 50% |"), "{md}");
+    let one =
+        "| 1 | 4 / 16 | 4,000 | 900 | 800 | 900 | 7,000 | 30.0 ms / 4.00 ms | 1.00× / 1.00× |";
+    assert!(md.contains(one), "{md}");
+    let three =
+        "| 3 | 12 / 48 | 12,000 | 950 | 820 | 1,350 | 9,000 | 60.0 ms / – | 1.50× / 1.29× |";
+    assert!(md.contains(three), "{md}");
+    assert!(
+        md.contains("medians of 2 rounds. The page cache was dropped"),
+        "{md}"
+    );
+    assert!(
+        md.contains(
+            "gateway 2 started on 4,080 blobs and left 4,080; gateway 3 started on 8,080 blobs \
+             and left 8,080."
+        ),
+        "{md}"
+    );
+    let readme = summary(&inputs).expect("renders");
+    assert!(
+        readme.contains(
+            "PostgreSQL catalog / redb in the same run: 4 KiB PUT 45%, GET 50%; 64 MiB PUT 96%, \
+             GET 100%. 3 gateways on one PostgreSQL catalog: 1,350 4 KiB PUT/s (1.50× of one \
+             gateway), 820 MiB/s 64 MiB GET."
+        ),
+        "{readme}"
+    );
+    let rules = readme.lines().filter(|l| l.starts_with("|---")).count();
+    assert_eq!(rules, 1, "one table: {readme}");
 }

