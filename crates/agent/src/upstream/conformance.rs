@@ -15,7 +15,7 @@ use sluice_s3::{BlobStore, Front, FrontConfig, TenantKey, Tenants};
 use tokio::sync::watch;
 
 use super::memory::InMemoryUpstream;
-use super::{Credentials, Head, Upstream, UpstreamError, UpstreamStore};
+use super::{Credentials, Head, Pool, Upstream, UpstreamError, UpstreamStore};
 use crate::server::{self, Listener};
 
 const T: &str = "t";
@@ -163,6 +163,17 @@ struct Gateway {
     stop: watch::Sender<bool>,
     served: tokio::task::JoinHandle<()>,
     upstream: Upstream,
+    endpoint: String,
+}
+
+fn creds() -> HashMap<String, Credentials> {
+    HashMap::from([(
+        T.to_owned(),
+        Credentials {
+            access_key: "AKTENANT".into(),
+            secret_key: "tenant-secret".into(),
+        },
+    )])
 }
 
 impl Gateway {
@@ -193,20 +204,14 @@ impl Gateway {
             Listener::S3(sluice_s3::service(front, &tenants)),
             stopped,
         ));
-        let creds = HashMap::from([(
-            T.to_owned(),
-            Credentials {
-                access_key: "AKTENANT".into(),
-                secret_key: "tenant-secret".into(),
-            },
-        )]);
-        let upstream =
-            Upstream::new(&format!("http://{addr}"), "eu-west-3", creds).expect("client");
+        let endpoint = format!("http://{addr}");
+        let upstream = Upstream::new(&endpoint, "eu-west-3", creds()).expect("client");
         Self {
             _dir: dir,
             stop,
             served,
             upstream,
+            endpoint,
         }
     }
 
@@ -221,6 +226,38 @@ async fn upstream_against_the_gateway_front_end_keeps_the_upstream_contract() {
     let gateway = Gateway::start(1 << 30).await;
     suite(&gateway.upstream).await;
     gateway.stop().await;
+}
+
+/// A pool whose first gateway is a closed port (every call refused, as a killed gateway's)
+/// and whose second is the front end: the contract holds through the live one, and the dead
+/// one's failures are what status shows.
+#[tokio::test]
+async fn a_pool_with_a_dead_gateway_keeps_the_upstream_contract() {
+    let gateway = Gateway::start(1 << 30).await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let dead = format!("http://{}", closed.local_addr().expect("addr"));
+    drop(closed);
+    let client = |e: &str| Arc::new(Upstream::new(e, "eu-west-3", creds()).expect("client"));
+    let pool = Pool::new(vec![client(&dead), client(&gateway.endpoint)]);
+    suite(&pool).await;
+    let states = pool.states();
+    assert_eq!(states[0].endpoint, dead);
+    assert!(states[0].failures_total >= 1, "{states:?}");
+    assert!(
+        states[0]
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("onnect")),
+        "{states:?}"
+    );
+    assert!(states[1].up && states[1].failures_total == 0, "{states:?}");
+    gateway.stop().await;
+}
+
+#[tokio::test]
+async fn a_pool_over_one_twin_keeps_the_upstream_contract() {
+    let twin = Arc::new(InMemoryUpstream::new());
+    suite(&Pool::new(vec![Arc::clone(&twin), twin])).await;
 }
 
 #[tokio::test]
