@@ -49,6 +49,7 @@ class Agent:
     local: dict[str, LocalSpec] = field(default_factory=dict)
     port: int = 0
     status_port: int | None = None
+    extra: str = ""  # more `[agent]` keys, e.g. 'escrow_lease = "2s"'
     proc: subprocess.Popen | None = None
 
     @property
@@ -71,6 +72,8 @@ class Agent:
         ]
         if self.status_port is not None:
             lines.append(f'status_listen = "127.0.0.1:{self.status_port}"')
+        if self.extra:
+            lines.append(self.extra)
         for t in self.tenants:
             lines += [
                 "[[tenant]]",

@@ -7,6 +7,7 @@ HTTP, an aws-chunked trailer over TLS (reproduced here through botocore's own ev
 
 import base64
 import hashlib
+import json
 import os
 import zlib
 
@@ -122,3 +123,116 @@ def test_a_body_corrupted_under_its_trailer_checksum_is_refused(alice, bucket):
     with pytest.raises(ClientError) as e:
         alice.head_object(Bucket=bucket, Key="t")
     assert e.value.response["ResponseMetadata"]["HTTPStatusCode"] == 404
+
+
+# ---- stored checksums returned (issue #30) ----------------------------------------------
+#
+# Regression: checksums were checked on upload and echoed, but not stored, so no client could
+# validate a download. Now a GET or HEAD with `x-amz-checksum-mode: ENABLED` returns the
+# object's checksum in the algorithm its client sent, or CRC-64/NVME when it sent none.
+
+_CRC64NVME_POLY = 0x9A6C9329AC4BC9B5  # reflected
+
+
+def _crc64nvme_table() -> list[int]:
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ _CRC64NVME_POLY if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_TABLE = _crc64nvme_table()
+
+
+def crc64nvme_b64(data: bytes) -> str:
+    crc = 0xFFFFFFFFFFFFFFFF
+    for b in data:
+        crc = _TABLE[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    crc ^= 0xFFFFFFFFFFFFFFFF
+    return base64.b64encode(crc.to_bytes(8, "big")).decode()
+
+
+def test_the_crc64nvme_reference_matches_the_published_check_value():
+    assert crc64nvme_b64(b"123456789") == base64.b64encode(
+        (0xAE8B14860A799888).to_bytes(8, "big")).decode()
+
+
+def stored(s3, bucket: str, key: str) -> tuple[dict, dict]:
+    get = s3.get_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    get["Body"].read()  # botocore validates the body against the returned checksum here
+    head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    return get, head
+
+
+@pytest.mark.parametrize("size", [5_000, 300_000])  # inline and in a blob
+def test_a_crc32_upload_returns_its_crc32(gateway, alice, bucket, size):
+    body = os.urandom(size)
+    alice.put_object(Bucket=bucket, Key="k", Body=body)  # botocore sends CRC32
+    get, head = stored(alice, bucket, "k")
+    if size > 16 * 1024:
+        assert get["ChecksumCRC32"] == head["ChecksumCRC32"] == crc32_b64(body)
+    else:
+        # An inline object keeps no client checksum: its CRC-64/NVME is returned.
+        assert get["ChecksumCRC64NVME"] == head["ChecksumCRC64NVME"] == crc64nvme_b64(body)
+    assert get["ChecksumType"] == head["ChecksumType"] == "FULL_OBJECT"
+    # Without the mode (botocore sends it on every GET unless told not to), no checksum.
+    plain = gateway.client("alice", response_checksum_validation="when_required").get_object(
+        Bucket=bucket, Key="k")
+    assert "ChecksumCRC32" not in plain and "ChecksumCRC64NVME" not in plain
+
+
+def test_a_crc64nvme_upload_returns_its_crc64nvme(alice, bucket):
+    body = os.urandom(200_000)
+    value = crc64nvme_b64(body)
+    alice.put_object(Bucket=bucket, Key="k", Body=body, ChecksumCRC64NVME=value)
+    get, head = stored(alice, bucket, "k")
+    assert get["ChecksumCRC64NVME"] == head["ChecksumCRC64NVME"] == value
+    assert "ChecksumCRC32" not in get
+
+
+def test_an_upload_without_a_checksum_returns_its_crc64nvme(gateway, bucket):
+    s3 = gateway.client("alice", request_checksum_calculation="when_required")
+    body = os.urandom(3 * MiB + 17)
+    s3.put_object(Bucket=bucket, Key="k", Body=body)
+    get, head = stored(s3, bucket, "k")
+    assert get["ChecksumCRC64NVME"] == head["ChecksumCRC64NVME"] == crc64nvme_b64(body)
+    assert get["ChecksumType"] == "FULL_OBJECT"
+    # A range returns none (S3 returns a whole object's checksum only).
+    part = s3.get_object(Bucket=bucket, Key="k", Range="bytes=0-99", ChecksumMode="ENABLED")
+    assert "ChecksumCRC64NVME" not in part
+
+
+def test_a_multipart_crc32_upload_returns_the_composite_of_its_parts(alice, bucket):
+    parts = [os.urandom(5 * MiB), os.urandom(MiB + 3)]
+    up = alice.create_multipart_upload(Bucket=bucket, Key="mp", ChecksumAlgorithm="CRC32")
+    done = []
+    for i, p in enumerate(parts, 1):
+        r = alice.upload_part(Bucket=bucket, Key="mp", UploadId=up["UploadId"], PartNumber=i,
+                              Body=p, ChecksumAlgorithm="CRC32")
+        done.append({"PartNumber": i, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
+    alice.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"],
+                                    MultipartUpload={"Parts": done})
+    raw = b"".join(base64.b64decode(crc32_b64(p)) for p in parts)
+    composite = base64.b64encode(zlib.crc32(raw).to_bytes(4, "big")).decode() + "-2"
+    get, head = stored(alice, bucket, "mp")
+    assert get["ChecksumCRC32"] == head["ChecksumCRC32"] == composite
+    assert get["ChecksumType"] == "COMPOSITE"
+
+
+def test_the_aws_cli_validates_a_download_with_the_stored_checksum(gateway, bucket, tmp_path):
+    from test_clients import aws_cli
+
+    aws = aws_cli(tmp_path)
+    body = os.urandom(2 * MiB + 5)
+    src = tmp_path / "up.bin"
+    src.write_bytes(body)
+    aws(gateway.endpoint, "s3api", "put-object", "--bucket", bucket, "--key", "cli",
+        "--body", str(src), "--checksum-algorithm", "CRC32")
+    out = tmp_path / "down.bin"
+    meta = json.loads(aws(gateway.endpoint, "s3api", "get-object", "--bucket", bucket,
+                          "--key", "cli", "--checksum-mode", "ENABLED", str(out)))
+    assert meta["ChecksumCRC32"] == crc32_b64(body)
+    assert out.read_bytes() == body

@@ -31,6 +31,7 @@
 //! gateway's code.
 
 pub mod drain;
+pub mod escrow;
 pub mod journal;
 pub mod node;
 pub mod pacer;
@@ -52,6 +53,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::drain::Drain;
+use crate::escrow::SharedQuota;
 use crate::journal::{Journal, JournalHook};
 use crate::node::SharedTier;
 use crate::server::{Listener, StatusRoutes};
@@ -285,6 +287,7 @@ fn check_fixed(current: &Config, new: &Config) -> Result<(), AgentError> {
 pub struct Agent {
     node: Front,
     drain: Arc<Drain>,
+    quota: Arc<SharedQuota>,
     tenants: Arc<Tenants>,
     control: Control,
     config: Config,
@@ -363,12 +366,24 @@ impl Agent {
                     .map_err(|e| AgentError::Join(e.to_string()))??,
             )
         };
-        let upstream = Arc::new(Pool::connect(
+        let node_id = escrow::node_id(&a.data_dir).map_err(|source| AgentError::DataDir {
+            path: a.data_dir.join("node-id"),
+            source,
+        })?;
+        let upstream = Arc::new(Pool::connect_as(
             &a.upstream,
             &a.upstream_region,
             &upstream_credentials(config),
             &roots,
+            &node_id,
         )?);
+        let quota = Arc::new(SharedQuota::new(
+            node_id,
+            a.escrow_lease,
+            Arc::clone(&upstream),
+            Arc::clone(&journal),
+            Arc::clone(&catalog),
+        ));
         let front = Front::new(
             catalog,
             Arc::clone(&blobs),
@@ -390,11 +405,10 @@ impl Agent {
             wake,
             &config.tenants,
         ));
-        let node = front.with_tier(Arc::new(SharedTier::new(
-            journal,
-            Arc::clone(&upstream),
-            Arc::clone(&drain),
-        )));
+        let node = front.with_tier(Arc::new(
+            SharedTier::new(journal, Arc::clone(&upstream), Arc::clone(&drain))
+                .with_quota(Arc::clone(&quota)),
+        ));
         let tenants = Arc::new(Tenants::new(tenant_keys(config)));
         let control = Control {
             tenants: Arc::clone(&tenants),
@@ -407,6 +421,7 @@ impl Agent {
         Ok(Self {
             node,
             drain,
+            quota,
             tenants,
             control,
             config: config.clone(),
@@ -456,6 +471,7 @@ impl Agent {
                 rx.clone(),
             )));
         }
+        tasks.push(tokio::spawn(Arc::clone(&self.quota).run(rx.clone())));
         tasks.push(tokio::spawn(Arc::clone(&self.drain).run(rx)));
         Running {
             addr,

@@ -26,6 +26,7 @@ use sluice_s3::error::{ApiError, ApiResult, TierError};
 use sluice_s3::{Tier, TierBucket, TierRead};
 
 use crate::drain::Drain;
+use crate::escrow::SharedQuota;
 use crate::journal::Journal;
 use crate::upstream::{Pool, Upstream, UpstreamError};
 
@@ -34,6 +35,8 @@ pub struct SharedTier {
     journal: Arc<Journal>,
     upstream: Arc<Pool<Upstream>>,
     drain: Arc<Drain>,
+    /// The shared-tier quota this node holds before it acknowledges (see [`crate::escrow`]).
+    quota: Option<Arc<SharedQuota>>,
 }
 
 /// The one translation of an upstream failure into the front's terms, by the HTTP status
@@ -140,7 +143,15 @@ impl SharedTier {
             journal,
             upstream,
             drain,
+            quota: None,
         }
+    }
+
+    /// Writes are acknowledged only within the shared-tier quota `quota` holds.
+    #[must_use]
+    pub fn with_quota(mut self, quota: Arc<SharedQuota>) -> Self {
+        self.quota = Some(quota);
+        self
     }
 
     /// Runs a (blocking) journal read on the blocking pool.
@@ -241,6 +252,13 @@ impl Tier for SharedTier {
         );
         let exists = exists.map_err(|e| tier_error(e, MetaError::NoSuchBucket.into()))?;
         Ok(exists && !deleting?.contains(bucket))
+    }
+
+    async fn admit_write(&self, tenant: &str, bytes: u64) -> ApiResult<Option<sluice_meta::OnEnd>> {
+        match &self.quota {
+            Some(q) => q.admit(tenant, bytes).await,
+            None => Ok(None),
+        }
     }
 
     fn stalled(&self, tenant: &str) -> Option<String> {

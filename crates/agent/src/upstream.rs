@@ -39,7 +39,7 @@ use object_store::PutPayload;
 use sluice_meta::ObjectRecord;
 
 pub use pool::{FIRST_REST, GatewayState, MAX_REST, Pool};
-pub use s3::{Credentials, Upstream, UpstreamBucket, path};
+pub use s3::{Credentials, EscrowAnswer, Upstream, UpstreamBucket, path};
 
 /// Why an upstream call failed, by the HTTP status of the answer (see the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

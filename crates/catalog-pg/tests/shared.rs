@@ -17,6 +17,7 @@ fn obj(size: u64, blob: &str) -> ObjectRecord {
         segments: vec![Segment {
             blob: blob.into(),
             size,
+            checksums: None,
         }],
         ..ObjectRecord::default()
     }

@@ -73,6 +73,7 @@ pub fn obj(size: u64, blob: &str) -> ObjectRecord {
         segments: vec![Segment {
             blob: blob.into(),
             size,
+            checksums: None,
         }],
         ..ObjectRecord::default()
     }
@@ -226,6 +227,7 @@ pub fn multipart_complete_checks_parts_and_frees_unused(h: &dyn Harness) {
             size,
             etag: etag.into(),
             last_modified_ms: 1,
+            checksums: None,
         };
         c.put_part("a", "bkt", "u1", "big", n, part, r)
             .expect("part");
@@ -288,6 +290,7 @@ pub fn delete_bucket_refuses_objects_and_aborts_uploads(h: &dyn Harness) {
         size: 9,
         etag: "00".into(),
         last_modified_ms: 0,
+        checksums: None,
     };
     c.put_part("a", "bkt", "u", "x", 1, part, r).expect("part");
     assert_eq!(c.delete_bucket("a", "bkt").expect("delete bucket"), ["p"]);
@@ -455,6 +458,7 @@ pub fn the_object_count_holds_objects_and_uploads_to_the_tenants_maximum(h: &dyn
         size: 10,
         etag: etag.into(),
         last_modified_ms: 1,
+        checksums: None,
     };
     c.put_part("a", "bkt", "u2", "k1", 1, part, r)
         .expect("part");
@@ -570,6 +574,7 @@ pub fn a_failed_condition_leaves_a_multipart_upload_to_complete_later(h: &dyn Ha
         size: 4,
         etag: "00".into(),
         last_modified_ms: 0,
+        checksums: None,
     };
     c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
     let spec = [PartSpec {
@@ -642,6 +647,7 @@ pub fn every_commit_of_a_key_gets_a_greater_version(h: &dyn Harness) {
         size: 4,
         etag: "00".into(),
         last_modified_ms: 0,
+        checksums: None,
     };
     c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
     let spec = [PartSpec {

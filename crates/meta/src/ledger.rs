@@ -78,14 +78,28 @@ impl Drop for ObjectSlot {
     }
 }
 
+/// Told how a write ended: `true` when its reservation settled (the write committed),
+/// `false` when it was dropped. Attached with [`Reservation::on_end`].
+pub type OnEnd = Box<dyn FnOnce(bool) + Send>;
+
 /// Space held for a write in progress. Dropping it gives the space back; settling it turns
 /// the bytes actually stored into usage.
-#[derive(Debug)]
 pub struct Reservation {
     account: Shared,
     bytes: u64,
     /// The part of `bytes` drawn from a node agent's escrow: `(holder, bytes)`.
     escrow: Option<(String, u64)>,
+    /// Told how the write ended (the node agent's shared-tier admission).
+    on_end: Option<OnEnd>,
+}
+
+impl std::fmt::Debug for Reservation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reservation")
+            .field("bytes", &self.bytes)
+            .field("escrow", &self.escrow)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Ledger {
@@ -174,6 +188,7 @@ impl Ledger {
             account,
             bytes: 0,
             escrow: None,
+            on_end: None,
         }
         .with(bytes))
     }
@@ -271,6 +286,16 @@ impl Reservation {
         self.bytes = 0;
         // What it drew from an agent's escrow is spent.
         self.escrow = None;
+        drop(a);
+        if let Some(f) = self.on_end.take() {
+            f(true);
+        }
+    }
+
+    /// Tells `f` how the write ends: `true` once this reservation settles, `false` if it is
+    /// dropped unsettled.
+    pub fn on_end(&mut self, f: OnEnd) {
+        self.on_end = Some(f);
     }
 
     /// The node agent whose escrow this reservation drew from, and how much it drew.
@@ -281,6 +306,9 @@ impl Reservation {
 
 impl Drop for Reservation {
     fn drop(&mut self) {
+        if let Some(f) = self.on_end.take() {
+            f(false);
+        }
         if self.bytes > 0 {
             let mut a = lock(&self.account);
             a.reserved = a.reserved.saturating_sub(self.bytes);

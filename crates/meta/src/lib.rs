@@ -54,7 +54,7 @@ pub use catalog::{
 };
 pub use hook::{Change, CommitHook};
 pub use keys::prefix_end;
-pub use ledger::{EscrowGrant, Ledger, ObjectSlot, Reservation};
+pub use ledger::{EscrowGrant, Ledger, ObjectSlot, OnEnd, Reservation};
 pub use record::{
     ObjectRecord, PartRecord, Precondition, Segment, UploadRecord, decode_object,
     decode_object_with_body, encode_object, next_version,

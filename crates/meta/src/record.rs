@@ -12,6 +12,11 @@
 //! inline objects refuses such a value as corrupt rather than reading it as an object with
 //! no bytes. The body is raw (no base64), and readers that only need the record (HEAD,
 //! listings, eviction) skip it without copying.
+//!
+//! Segments and parts carry their blob's checksums (`checksums`, issue #30: per-chunk
+//! CRC-64/NVME and the client's checksum) as an optional field: a record written before they
+//! existed reads as one without (its bytes are served unverified, and counted, by the
+//! reader), and a record with them is plain JSON older code also reads, ignoring the field.
 
 use std::collections::BTreeMap;
 
@@ -25,6 +30,82 @@ pub struct Segment {
     /// Blob name under the tenant's backend prefix.
     pub blob: String,
     pub size: u64,
+    /// The blob's checksums, taken as it was written (see [`SegmentChecksums`]). `None` in
+    /// records written before they existed: such a segment is served unverified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<SegmentChecksums>,
+}
+
+/// The checksums of one blob, computed on the way in and verified on every read.
+///
+/// The blob is cut into chunks of `chunk_size` bytes (the last one shorter) and each chunk
+/// has its CRC-64/NVME. The same JSON is the `checksums` of a segment in a recovery record
+/// (`docs/design/blob-record.md`), so a catalog rebuilt from the store keeps them. Added
+/// within the record's format: a record without them reads as before (no checksums), and a
+/// record with an algorithm this code does not know is refused, never half-verified.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentChecksums {
+    pub algorithm: ChunkAlgorithm,
+    /// Bytes per checksummed chunk; the last chunk may be shorter.
+    pub chunk_size: u64,
+    /// One CRC per chunk, in order (lower-case hex, 16 digits, in JSON).
+    #[serde(with = "hex_u64s")]
+    pub values: Vec<u64>,
+    /// The checksum the client declared for this blob's bytes (a PutObject's body or an
+    /// UploadPart's), verified on arrival; returned to clients that ask for checksums.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client: Option<ClientChecksum>,
+}
+
+/// The algorithm of a segment's chunk checksums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChunkAlgorithm {
+    /// CRC-64/NVME (the checksum S3 keeps by default; hardware-accelerated by carry-less
+    /// multiplication on x86-64 and aarch64).
+    Crc64nvme,
+}
+
+/// A checksum a client sent with a body: S3's algorithm name (`CRC32`, `CRC32C`,
+/// `CRC64NVME`, `SHA1`, `SHA256`) and the base64 value.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClientChecksum {
+    pub algorithm: String,
+    pub value: String,
+}
+
+impl SegmentChecksums {
+    /// How many chunks a blob of `size` bytes has at this chunk size.
+    pub fn chunks_for(&self, size: u64) -> u64 {
+        size.div_ceil(self.chunk_size.max(1))
+    }
+
+    /// Whether these checksums can describe a blob of `size` bytes: a chunk size, and one
+    /// value per chunk.
+    pub fn fits(&self, size: u64) -> bool {
+        self.chunk_size > 0 && self.values.len() as u64 == self.chunks_for(size)
+    }
+}
+
+/// `Vec<u64>` as JSON strings of 16 lower-case hex digits.
+mod hex_u64s {
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(values: &[u64], s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(values.iter().map(|v| format!("{v:016x}")))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u64>, D::Error> {
+        let strings = Vec::<String>::deserialize(d)?;
+        strings
+            .iter()
+            .map(|h| {
+                u64::from_str_radix(h, 16)
+                    .map_err(|_| D::Error::custom(format!("checksum {h:?} is not hex")))
+            })
+            .collect()
+    }
 }
 
 /// A visible object.
@@ -162,6 +243,10 @@ pub struct PartRecord {
     /// Hex MD5 of the part.
     pub etag: String,
     pub last_modified_ms: i64,
+    /// The part's blob's checksums (see [`Segment::checksums`]); the completed object's
+    /// segment takes them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<SegmentChecksums>,
 }
 
 /// A multipart upload in progress.
@@ -214,5 +299,54 @@ impl Precondition {
         } else {
             Err(MetaError::PreconditionFailed)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_written_before_checksums_reads_without_them() {
+        let old = br#"{"size":3,"etag":"e","last_modified_ms":1,"content_type":null,
+            "segments":[{"blob":"b/00/x","size":3}],"parts":0}"#;
+        let rec = decode_object(old).expect("an old record reads");
+        assert_eq!(rec.segments[0].checksums, None);
+        let part: PartRecord =
+            serde_json::from_slice(br#"{"blob":"p","size":1,"etag":"e","last_modified_ms":0}"#)
+                .expect("an old part reads");
+        assert_eq!(part.checksums, None);
+    }
+
+    #[test]
+    fn checksums_round_trip_as_hex_and_an_unknown_algorithm_is_refused() {
+        let sums = SegmentChecksums {
+            algorithm: ChunkAlgorithm::Crc64nvme,
+            chunk_size: 4,
+            values: vec![u64::MAX, 1],
+            client: Some(ClientChecksum {
+                algorithm: "CRC32".into(),
+                value: "AAAAAA==".into(),
+            }),
+        };
+        assert!(sums.fits(8) && sums.fits(5) && !sums.fits(9) && !sums.fits(4));
+        let rec = ObjectRecord {
+            size: 8,
+            segments: vec![Segment {
+                blob: "b/00/x".into(),
+                size: 8,
+                checksums: Some(sums),
+            }],
+            ..ObjectRecord::default()
+        };
+        let value = encode_object(&rec, None).expect("encode");
+        let text = String::from_utf8(value.clone()).expect("json");
+        assert!(
+            text.contains(r#""values":["ffffffffffffffff","0000000000000001"]"#),
+            "{text}"
+        );
+        assert_eq!(decode_object(&value).expect("decode"), rec);
+        let other = text.replace("crc64nvme", "md5");
+        assert!(decode_object(other.as_bytes()).is_err());
     }
 }

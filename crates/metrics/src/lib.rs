@@ -81,6 +81,10 @@ pub struct TenantMetrics {
     pub throttled: AtomicU64,
     /// Requests refused with `QuotaExceeded`.
     pub quota_refused: AtomicU64,
+    /// Stored bytes that failed their checksum when read (one per bad chunk found).
+    pub integrity_errors: AtomicU64,
+    /// Blob segments read without checksums to verify (written before checksums existed).
+    pub unverified_reads: AtomicU64,
     /// Time from arrival to the end of the response headers, all operations.
     pub request_seconds: Histogram,
     /// Time spent waiting in the throughput scheduler (per admission).
@@ -95,6 +99,8 @@ impl Default for TenantMetrics {
             bytes_out: AtomicU64::new(0),
             throttled: AtomicU64::new(0),
             quota_refused: AtomicU64::new(0),
+            integrity_errors: AtomicU64::new(0),
+            unverified_reads: AtomicU64::new(0),
             request_seconds: Histogram::new(LATENCY_BOUNDS),
             queue_wait_seconds: Histogram::new(LATENCY_BOUNDS),
             ops: Mutex::default(),
@@ -200,6 +206,18 @@ impl Metrics {
             "quota_refused_requests_total",
             "Requests refused with QuotaExceeded.",
             &|m| m.quota_refused.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "integrity_errors_total",
+            "Stored chunks whose bytes failed their checksum when read (the read failed).",
+            &|m| m.integrity_errors.load(Ordering::Relaxed),
+        );
+        counter(
+            &mut out,
+            "unverified_reads_total",
+            "Blob segments read without stored checksums (written before checksums existed).",
+            &|m| m.unverified_reads.load(Ordering::Relaxed),
         );
         let _ = writeln!(
             out,

@@ -43,13 +43,15 @@ use object_store::{
     PutMultipartOptions, PutOptions, PutPayloadMut,
 };
 use sluice_md5::Md5Stream;
-use sluice_meta::{Reservation, Segment};
+use sluice_meta::{Reservation, Segment, SegmentChecksums};
 
 use crate::error::{ApiError, ApiResult};
 
 mod buffers;
+pub mod integrity;
 
 use buffers::ReadBuffers;
+use integrity::{ChunkHasher, ReadLabel, Verify};
 
 use sluice_serve::sendfile::{PLACEHOLDER_MAX, SendfileLane};
 use sluice_store::{BlobCrc, BlobCrcSlot};
@@ -126,6 +128,16 @@ impl Pacer {
     }
 
     async fn admit(&self, bytes: u64, inbound: bool) {
+        if inbound {
+            self.admit_counted(bytes, bytes, 0).await;
+        } else {
+            self.admit_counted(bytes, 0, bytes).await;
+        }
+    }
+
+    /// Admits a transfer of `bytes` from or to the backend, of which `sent` go to the
+    /// client (a read widened to whole checksummed chunks fetches more than it sends).
+    async fn admit_counted(&self, bytes: u64, received: u64, sent: u64) {
         if bytes == 0 {
             return;
         }
@@ -133,10 +145,11 @@ impl Pacer {
             let waited = t.admit_bytes(&self.tenant, bytes).await;
             self.metrics.queue_wait_seconds.observe(waited);
         }
-        if inbound {
-            self.metrics.add_bytes_in(bytes);
-        } else {
-            self.metrics.add_bytes_out(bytes);
+        if received > 0 {
+            self.metrics.add_bytes_in(received);
+        }
+        if sent > 0 {
+            self.metrics.add_bytes_out(sent);
         }
     }
 }
@@ -149,6 +162,9 @@ pub struct Written {
     /// The body itself when it was within the inline limit: nothing was written to the
     /// backend. `None`: the body is in the blob the write was given.
     pub inline: Option<Bytes>,
+    /// The blob's per-chunk checksums, computed on the way in (`None` for an inline body,
+    /// and for a server-side copy of a blob that had none).
+    pub checksums: Option<SegmentChecksums>,
 }
 
 impl Written {
@@ -252,6 +268,11 @@ impl BlobStore {
         self
     }
 
+    /// Whether the backend is the local filesystem (see [`BlobStore::with_local_files`]).
+    pub fn has_local_files(&self) -> bool {
+        self.local_files
+    }
+
     /// Grains a GET has in flight: [`READ_AHEAD_BYTES`] worth, at least two.
     fn read_ahead(&self) -> usize {
         window(READ_AHEAD_BYTES, self.grain)
@@ -345,43 +366,110 @@ impl BlobStore {
         range: Range<u64>,
         lane: Option<&SendfileLane>,
     ) -> ReadStream {
+        self.read_labeled(pacer, &Arc::default(), segments, range, lane)
+    }
+
+    /// [`BlobStore::read`], naming the object in the error logged if its bytes fail their
+    /// checksum. Every segment with checksums is read in whole chunks, each verified before
+    /// any of its bytes is passed on; a segment without (an object written before checksums
+    /// existed) is read unverified and counted (`sluice_unverified_reads_total`).
+    pub fn read_labeled(
+        &self,
+        pacer: &Pacer,
+        label: &Arc<ReadLabel>,
+        segments: &[Segment],
+        range: Range<u64>,
+        lane: Option<&SendfileLane>,
+    ) -> ReadStream {
         let store = self.tenant(&pacer.tenant);
+        let label = Arc::clone(label);
         let pacer = pacer.clone();
         let buffers = self.buffers.clone();
         let send = lane.is_some() && self.local_files;
         let mut grains = Vec::new();
         let mut base = 0;
-        for seg in segments {
+        for (index, seg) in segments.iter().enumerate() {
             let (start, end) = (base, base + seg.size);
             base = end;
             let lo = range.start.max(start);
             let hi = range.end.min(end);
+            if lo >= hi {
+                continue;
+            }
+            // The part of the blob wanted, and the part fetched: whole chunks when verified.
+            let (want_lo, want_hi) = (lo - start, hi - start);
+            let verify = seg.checksums.as_ref().map(|sums| Verify {
+                sums: Arc::new(sums.clone()),
+                segment: index,
+                blob: Arc::from(seg.blob.as_str()),
+            });
+            let (fetch_lo, fetch_hi, step) = if let Some(v) = &verify {
+                let c = v.sums.chunk_size.max(1);
+                let hi = want_hi.div_ceil(c).saturating_mul(c).min(seg.size);
+                (want_lo / c * c, hi, (self.grain / c).max(1) * c)
+            } else {
+                pacer
+                    .metrics
+                    .unverified_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (want_lo, want_hi, self.grain)
+            };
             let blob = send.then(|| {
                 Arc::new(BlobFile {
                     file: tokio::sync::OnceCell::new(),
-                    end: hi.saturating_sub(start),
+                    end: fetch_hi,
                 })
             });
-            let mut at = lo;
-            while at < hi {
-                let to = hi.min(at + self.grain);
-                let path = Path::from(seg.blob.as_str());
-                grains.push((path, (at - start)..(to - start), blob.clone()));
+            let mut at = fetch_lo;
+            while at < fetch_hi {
+                let to = fetch_hi.min(at + step);
+                grains.push(GrainSpec {
+                    path: Path::from(seg.blob.as_str()),
+                    fetch: at..to,
+                    want: at.max(want_lo)..to.min(want_hi),
+                    file: blob.clone(),
+                    verify: verify.clone(),
+                });
                 at = to;
             }
         }
         // Each grain is fetched by a task, so it reaches the backend as soon as it is admitted
         // even while the client is slow to take the previous one (see `write_inner`).
         let fetched = stream::iter(grains)
-            .map(move |(path, r, blob)| {
+            .map(move |spec: GrainSpec| {
                 let store = Arc::clone(&store);
                 let pacer = pacer.clone();
                 let buffers = buffers.clone();
+                let label = Arc::clone(&label);
                 let task = AbortOnDrop(tokio::spawn(async move {
-                    pacer.admit(r.end - r.start, false).await;
-                    match blob {
-                        Some(blob) => send_grain(&store, &path, r, &blob, buffers).await,
-                        None => fetch(&store, &path, r, buffers).await,
+                    let GrainSpec {
+                        path,
+                        fetch: r,
+                        want,
+                        file,
+                        verify,
+                    } = spec;
+                    pacer
+                        .admit_counted(r.end - r.start, 0, want.end - want.start)
+                        .await;
+                    let grain = match file {
+                        Some(blob) => {
+                            send_grain(&store, &path, r.clone(), &blob, buffers.clone()).await?
+                        }
+                        None => fetch(&store, &path, r.clone(), buffers.clone()).await?,
+                    };
+                    let checked = match verify {
+                        None => Ok(grain),
+                        Some(v) => verified(grain, r.start, &v).await?,
+                    };
+                    match checked {
+                        Ok(grain) => Ok(grain.narrowed(r.start, want)),
+                        Err(corrupt) => Err(integrity::report(
+                            &pacer.metrics,
+                            &pacer.tenant,
+                            &label,
+                            corrupt,
+                        )),
                     }
                 }));
                 async move {
@@ -539,6 +627,61 @@ pub fn read_inline(pacer: &Pacer, body: Bytes, range: Range<u64>) -> ReadStream 
 enum Grain {
     Bytes(Bytes),
     File(Arc<std::fs::File>, Range<u64>),
+}
+
+impl Grain {
+    /// The part `want` of a grain fetched from `offset` of its blob.
+    fn narrowed(self, offset: u64, want: Range<u64>) -> Self {
+        match self {
+            Self::Bytes(b) => {
+                let from = usize::try_from(want.start - offset).unwrap_or(usize::MAX);
+                let to = usize::try_from(want.end - offset).unwrap_or(usize::MAX);
+                Self::Bytes(b.slice(from.min(b.len())..to.min(b.len())))
+            }
+            Self::File(file, _) => Self::File(file, want),
+        }
+    }
+}
+
+/// One grain of a read: the blob, the bytes fetched (whole chunks when verified), the part of
+/// them sent, the blob's shared file when the connection sends it, and its checksums.
+struct GrainSpec {
+    path: Path,
+    fetch: Range<u64>,
+    want: Range<u64>,
+    file: Option<Arc<BlobFile>>,
+    verify: Option<Verify>,
+}
+
+/// Checks a grain fetched from `offset` of its blob against its checksums. A grain the
+/// connection sends from the file is read here first (through a small per-thread buffer, by
+/// a blocking thread) and checked, so the pages the connection then sends from the page cache are the
+/// ones just verified.
+async fn verified(
+    grain: Grain,
+    offset: u64,
+    verify: &Verify,
+) -> object_store::Result<Result<Grain, integrity::Corrupt>> {
+    match grain {
+        Grain::Bytes(b) => Ok(verify.check(offset, &b).map(|()| Grain::Bytes(b))),
+        Grain::File(file, range) => {
+            let verify = verify.clone();
+            tokio::task::spawn_blocking(move || {
+                let checked = verify.check_file(&file, range.clone()).map_err(|source| {
+                    object_store::Error::Generic {
+                        store: "LocalFileSystem",
+                        source: Box::new(source),
+                    }
+                })?;
+                Ok(checked.map(|()| Grain::File(file, range)))
+            })
+            .await
+            .map_err(|e| object_store::Error::Generic {
+                store: "sluice",
+                source: Box::new(e),
+            })?
+        }
+    }
 }
 
 /// The bytes `range` of a blob. On the local filesystem (the backend hands back the open
@@ -700,13 +843,10 @@ where
 {
     let parts_in_flight = window(WRITE_BEHIND_BYTES, part_size);
     let mut md5 = Md5Stream::new();
-    // The body's checksum so far, and where it goes once the body has ended.
-    let mut crc = blob_crc.then(|| {
-        (
-            crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme),
-            BlobCrcSlot::default(),
-        )
-    });
+    // The body's chunk checksums so far; the whole blob's (for a store that wants it) is
+    // combined from them, in the slot that carries it to the store once the body has ended.
+    let mut chunks = ChunkHasher::default();
+    let crc = blob_crc.then(BlobCrcSlot::default);
     let mut size: u64 = 0;
     let mut buf = PutPayloadMut::new();
     // Parts upload as tasks, so each starts on the backend the moment it is admitted rather
@@ -726,9 +866,7 @@ where
             Some(_) => {}
             None => reservation.grow(len)?,
         }
-        if let Some((digest, _)) = crc.as_mut() {
-            digest.update(&chunk);
-        }
+        chunks.update(&chunk);
         md5.update(chunk.clone()).await;
         buf.push(chunk);
         if buf.content_length() as u64 >= part_size {
@@ -736,7 +874,7 @@ where
             pacer.admit(part.content_length() as u64, true).await;
             if upload.is_none() {
                 let mut opts = PutMultipartOptions::default();
-                if let Some((_, slot)) = &crc {
+                if let Some(slot) = &crc {
                     opts.extensions.insert(slot.clone());
                 }
                 *upload = Some(store.put_multipart_opts(path, opts).await?);
@@ -756,12 +894,12 @@ where
     }
     let rest = buf.freeze();
     pacer.admit(rest.content_length() as u64, true).await;
-    let slot = crc.map(|(digest, slot)| {
+    let checksums = chunks.finish();
+    let slot = crc.inspect(|slot| {
         slot.set(BlobCrc {
-            crc: digest.finalize(),
+            crc: integrity::whole(&checksums, size).crc,
             len: size,
         });
-        slot
     });
     let mut inline = None;
     match upload.as_mut() {
@@ -788,6 +926,7 @@ where
     Ok(Written {
         size,
         md5: md5.finish().await,
+        checksums: inline.is_none().then_some(checksums),
         inline,
     })
 }

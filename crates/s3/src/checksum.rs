@@ -8,8 +8,13 @@
 //! ([`Expected::verify`]): a mismatch refuses the write with `BadDigest` before anything is
 //! visible, and a match is echoed in the response, as S3 does.
 //!
-//! Checksums are not stored with objects: GET and HEAD return none, so clients skip response
-//! validation exactly as for any object uploaded without one.
+//! The verified checksum is stored with the blob it covers (`SegmentChecksums::client`) and a
+//! GET or HEAD with `x-amz-checksum-mode: ENABLED` returns the object's ([`of_object`]): the
+//! client's algorithm for a PutObject, S3's composite (`-N`) of the parts' for a multipart
+//! upload in CRC32, CRC32C, SHA-1 or SHA-256, and otherwise (CRC-64/NVME multipart, no
+//! checksum sent, an inline object) the full-object CRC-64/NVME combined from the chunk
+//! checksums every blob gets at write (`blob::integrity`). Clients that validate downloads
+//! (boto3, the AWS CLI) then check what they read.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -101,6 +106,14 @@ pub struct Digest {
 }
 
 impl Digest {
+    /// How the digest is kept with the blob it covers.
+    pub fn stored(&self) -> sluice_meta::ClientChecksum {
+        sluice_meta::ClientChecksum {
+            algorithm: self.algorithm.name().to_owned(),
+            value: self.value.clone(),
+        }
+    }
+
     /// The digest of `data` (tests, and callers that hold a whole body).
     pub fn of(algorithm: Algorithm, data: &[u8]) -> Self {
         let mut h = algorithm.hasher();
@@ -267,6 +280,92 @@ where
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         self.inner.size_hint()
+    }
+}
+
+/// How a stored full-object checksum was formed (S3's `x-amz-checksum-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Of the whole body.
+    FullObject,
+    /// Of a multipart object's parts' checksums laid end to end, `-N`.
+    Composite,
+}
+
+impl Kind {
+    pub fn dto(self) -> s3s::dto::ChecksumType {
+        s3s::dto::ChecksumType::from_static(match self {
+            Self::FullObject => s3s::dto::ChecksumType::FULL_OBJECT,
+            Self::Composite => s3s::dto::ChecksumType::COMPOSITE,
+        })
+    }
+}
+
+/// The checksum of a stored object that a GET or HEAD with `x-amz-checksum-mode: ENABLED`
+/// returns: in the algorithm its client sent on upload (a PutObject's, or a multipart
+/// object's composite of its parts' as S3 forms it — `-N` for CRC32, CRC32C, SHA-1 and
+/// SHA-256, full-object for CRC-64/NVME), else the CRC-64/NVME of the whole body, combined
+/// from the segments' chunk checksums without reading the body. `inline` is the body of an
+/// object kept in the catalog (which keeps no client checksum: its CRC-64/NVME is taken
+/// from the bytes). `None` for an object written before checksums were stored.
+pub fn of_object(rec: &sluice_meta::ObjectRecord, inline: Option<&[u8]>) -> Option<(Digest, Kind)> {
+    if let Some(body) = inline {
+        return Some((Digest::of(Algorithm::Crc64Nvme, body), Kind::FullObject));
+    }
+    let sums: Vec<&sluice_meta::SegmentChecksums> = rec
+        .segments
+        .iter()
+        .map(|s| s.checksums.as_ref())
+        .collect::<Option<_>>()?;
+    let clients: Option<Vec<Digest>> = sums
+        .iter()
+        .map(|s| {
+            let c = s.client.as_ref()?;
+            let algorithm = Algorithm::ALL
+                .into_iter()
+                .find(|a| a.name() == c.algorithm)?;
+            Some(Digest {
+                algorithm,
+                value: c.value.clone(),
+            })
+        })
+        .collect();
+    let one_algorithm = clients.filter(|c| {
+        c.first()
+            .is_some_and(|f| c.iter().all(|d| d.algorithm == f.algorithm))
+    });
+    let crc64 = |values: &mut dyn Iterator<Item = sluice_store::Crc>| {
+        let whole = values.fold(sluice_store::Crc::default(), sluice_store::Crc::then);
+        Digest {
+            algorithm: Algorithm::Crc64Nvme,
+            value: base64::engine::general_purpose::STANDARD.encode(whole.crc.to_be_bytes()),
+        }
+    };
+    match one_algorithm {
+        Some(c) if rec.parts == 0 && c.len() == 1 => {
+            c.into_iter().next().map(|d| (d, Kind::FullObject))
+        }
+        Some(c) if rec.parts > 0 && c[0].algorithm != Algorithm::Crc64Nvme => {
+            let algorithm = c[0].algorithm;
+            let mut h = algorithm.hasher();
+            for d in &c {
+                let raw = base64::engine::general_purpose::STANDARD
+                    .decode(&d.value)
+                    .ok()?;
+                h.update(&raw);
+            }
+            let mut whole = finish(algorithm, h);
+            whole.value = format!("{}-{}", whole.value, c.len());
+            Some((whole, Kind::Composite))
+        }
+        _ => {
+            let mut values = rec
+                .segments
+                .iter()
+                .zip(&sums)
+                .map(|(seg, s)| crate::blob::integrity::whole(s, seg.size));
+            Some((crc64(&mut values), Kind::FullObject))
+        }
     }
 }
 

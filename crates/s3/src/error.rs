@@ -83,6 +83,17 @@ pub enum ApiError {
         refused: MetaError,
         stalled: Option<String>,
     },
+    /// A write the store buffering for a tier will not acknowledge: the tier's quota for the
+    /// tenant, held here in escrow, cannot cover it (the node agent: its shared-tier escrow).
+    #[error(
+        "shared tier quota exceeded: {needed} more bytes requested, {available} available to \
+         this node of the tenant's {quota}"
+    )]
+    SharedQuotaExceeded {
+        needed: u64,
+        available: u64,
+        quota: u64,
+    },
     /// The tier behind this store failed a read this store cannot answer itself.
     #[error("{0}")]
     Tier(#[from] TierError),
@@ -203,7 +214,9 @@ pub fn to_s3(e: ApiError) -> S3Error {
             err.set_headers(headers);
             err
         }
-        ApiError::LocalQuotaExceeded { .. } => quota_exceeded(msg),
+        ApiError::LocalQuotaExceeded { .. } | ApiError::SharedQuotaExceeded { .. } => {
+            quota_exceeded(msg)
+        }
         ApiError::Tier(t) => {
             let code = if let TierError::SlowDown(_) = t {
                 tracing::debug!(error = %t, "the shared tier is throttling a read");

@@ -32,7 +32,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use s3s::crypto::{Checksum as _, Sha256};
 use serde::{Deserialize, Serialize};
-use sluice_meta::{ObjectRecord, Segment};
+use sluice_meta::{ObjectRecord, Segment, SegmentChecksums};
 
 /// The `format` of every record this code writes; a reader refuses any other.
 pub const FORMAT: &str = "sluice.recovery/1";
@@ -124,20 +124,11 @@ impl BucketRecord {
 pub struct RecordSegment {
     pub blob: String,
     pub size: u64,
-    /// Per-chunk checksums of the segment (issue #30 fills it; absent until then).
+    /// Per-chunk CRC-64/NVME of the segment, as the catalog record holds them (absent in
+    /// records of objects written before checksums existed). A record whose checksums do not
+    /// fit its segment's size is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksums: Option<SegmentChecksums>,
-}
-
-/// The slot for per-segment integrity checksums (see `docs/design/blob-record.md`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SegmentChecksums {
-    /// `crc64nvme`.
-    pub algorithm: String,
-    /// Bytes per checksummed chunk; the last chunk may be shorter.
-    pub chunk_size: u64,
-    /// One lower-case hex value per chunk, in order.
-    pub values: Vec<String>,
 }
 
 /// An object's record: everything its catalog record needs.
@@ -213,7 +204,7 @@ impl ObjectRecovery {
                 .map(|s| RecordSegment {
                     blob: s.blob.clone(),
                     size: s.size,
-                    checksums: None,
+                    checksums: s.checksums.clone(),
                 })
                 .collect(),
             inline: inline.map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
@@ -240,6 +231,14 @@ impl ObjectRecovery {
         if stored != r.size {
             return Err(RecordError::Inconsistent(
                 "the body's size is not the record's",
+            ));
+        }
+        if r.segments
+            .iter()
+            .any(|s| s.checksums.as_ref().is_some_and(|c| !c.fits(s.size)))
+        {
+            return Err(RecordError::Inconsistent(
+                "a segment's checksums do not cover its size",
             ));
         }
         Ok(r)
@@ -269,6 +268,7 @@ impl ObjectRecovery {
                 .map(|s| Segment {
                     blob: s.blob.clone(),
                     size: s.size,
+                    checksums: s.checksums.clone(),
                 })
                 .collect(),
             inline: self.inline.is_some(),

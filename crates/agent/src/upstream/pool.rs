@@ -249,6 +249,39 @@ impl Pool<Upstream> {
         Ok(Self::new(stores))
     }
 
+    /// [`Pool::connect`], every client's uploads naming `holder` (see
+    /// [`Upstream::with_escrow_holder`]).
+    pub fn connect_as(
+        endpoints: &[String],
+        region: &str,
+        creds: &std::collections::HashMap<String, Credentials>,
+        roots: &[object_store::Certificate],
+        holder: &str,
+    ) -> Result<Self, UpstreamError> {
+        let stores = endpoints
+            .iter()
+            .map(|e| {
+                Upstream::with_roots(e, region, creds.clone(), roots)
+                    .and_then(|u| u.with_escrow_holder(holder))
+                    .map(Arc::new)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Self::new(stores))
+    }
+
+    /// The node's escrow request (see [`Upstream::escrow`]), to whichever gateway answers:
+    /// they share the catalog the escrow lives in.
+    pub async fn escrow(
+        &self,
+        tenant: &str,
+        holder: &str,
+        bytes: u64,
+        ttl: std::time::Duration,
+    ) -> Result<super::EscrowAnswer, UpstreamError> {
+        self.call((tenant, "", ""), |u| u.escrow(tenant, holder, bytes, ttl))
+            .await
+    }
+
     /// A configuration reload of the tenants' keys, on every gateway's client.
     pub fn set_credentials(&self, creds: &std::collections::HashMap<String, Credentials>) {
         for m in &self.members {

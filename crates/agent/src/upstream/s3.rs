@@ -108,6 +108,48 @@ impl Upstream {
         })
     }
 
+    /// This client's uploads name `holder` (the node's id) in `x-sluice-escrow-holder`, so the
+    /// gateway draws their space from the node's escrow (see [`crate::escrow`]): a default
+    /// header of every request.
+    pub fn with_escrow_holder(mut self, holder: &str) -> Result<Self, UpstreamError> {
+        let value = http::HeaderValue::from_str(holder).map_err(|e| UpstreamError::Refused {
+            status: 400,
+            message: format!("node id {holder:?}: {e}"),
+        })?;
+        let mut headers = http::HeaderMap::new();
+        headers.insert(sluice_s3::front::escrow::HOLDER_HEADER, value);
+        self.options = self.options.with_default_headers(headers);
+        self.http = StatusClient::new(&self.options)?;
+        self.keyed
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .stores
+            .clear();
+        Ok(self)
+    }
+
+    /// Sets the node `holder`'s escrow of the tenant's shared-tier quota to `bytes` for
+    /// `ttl` (a signed `POST /?sluice-escrow`, see `sluice_s3::front::escrow`): what the
+    /// gateway granted.
+    pub async fn escrow(
+        &self,
+        tenant: &str,
+        holder: &str,
+        bytes: u64,
+        ttl: Duration,
+    ) -> Result<EscrowAnswer, UpstreamError> {
+        let query = format!(
+            "?{}&holder={holder}&bytes={bytes}&ttl-ms={}",
+            sluice_s3::front::escrow::ESCROW_QUERY,
+            ttl.as_millis()
+        );
+        let body = self
+            .bucket_call(tenant, http::Method::POST, &query)
+            .await??;
+        serde_json::from_slice(&body)
+            .map_err(|e| UpstreamError::Unavailable(format!("escrow answer: {e}")))
+    }
+
     /// A configuration reload: `creds` replace the keys of the tenants they name and add new
     /// tenants. A tenant no longer named keeps its keys, so that what it buffered on the node
     /// still drains. Clients built with the old keys are dropped; the next call builds anew.
@@ -181,6 +223,7 @@ impl Upstream {
             secret_key: c.secret_key.clone(),
             token: None,
         };
+        // `bucket` may also be a query on the root (`?...`, the escrow request).
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("{}/{bucket}", self.endpoint))
@@ -409,6 +452,22 @@ impl UpstreamStore for Upstream {
 }
 
 /// One bucket of an upstream ListBuckets answer.
+/// The gateway's answer to an escrow request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+pub struct EscrowAnswer {
+    /// The tenant has no quota upstream: nothing to hold.
+    pub unlimited: bool,
+    /// Held now (at most what was asked for).
+    #[serde(default)]
+    pub bytes: u64,
+    /// Until when, in milliseconds since the Unix epoch.
+    #[serde(default)]
+    pub expires_ms: i64,
+    /// The tenant's quota upstream.
+    #[serde(default)]
+    pub quota: u64,
+}
+
 #[derive(Debug, Clone, serde::Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct UpstreamBucket {

@@ -48,6 +48,7 @@ pub fn assemble_upload(
             segments.push(Segment {
                 blob: part.blob,
                 size: part.size,
+                checksums: part.checksums,
             });
         } else {
             // An empty part has no bytes to serve; keep its blob for deletion.

@@ -41,6 +41,7 @@ fn multipart_etag_is_md5_of_part_md5s() {
                 size: MIN_PART_SIZE,
                 etag: "0cc175b9c0f1b6a831c399e269772661".into(),
                 last_modified_ms: 0,
+                checksums: None,
             },
         );
     }

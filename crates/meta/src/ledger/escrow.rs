@@ -184,6 +184,7 @@ impl Ledger {
             account,
             bytes,
             escrow: (drawn > 0).then(|| (holder.to_owned(), drawn)),
+            on_end: None,
         })
     }
 }

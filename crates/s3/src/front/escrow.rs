@@ -77,6 +77,24 @@ impl Front {
         })
     }
 
+    /// Asks the tier behind this front (the node agent's shared tier) whether a write of
+    /// `bytes` may be acknowledged (see [`super::Tier::admit_write`]); a front without a tier
+    /// needs no one's leave.
+    /// The answer is attached to `reservation`, told whether the write committed.
+    pub(super) async fn admit_write(
+        &self,
+        tenant: &str,
+        bytes: u64,
+        reservation: &mut Reservation,
+    ) -> ApiResult<()> {
+        if let Some(tier) = &self.inner.tier
+            && let Some(on_end) = tier.admit_write(tenant, bytes).await?
+        {
+            reservation.on_end(on_end);
+        }
+        Ok(())
+    }
+
     /// The escrow route, served by the gateway beside this front (see the module doc).
     #[must_use]
     pub fn escrow_route(&self, tenants: &Arc<Tenants>) -> EscrowRoute {

@@ -148,6 +148,7 @@ impl Front {
             size: received.written.size,
             etag: etag_hex.clone(),
             last_modified_ms: now_ms(),
+            checksums: received.written.checksums.clone(),
         };
         self.commit_part(
             tenant,
@@ -189,6 +190,7 @@ impl Front {
             size: written.size,
             etag: written.etag(),
             last_modified_ms: now,
+            checksums: written.checksums.clone(),
         };
         self.commit_part(
             tenant,

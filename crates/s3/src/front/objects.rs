@@ -209,6 +209,9 @@ impl Front {
             return Err(ApiError::EntityTooLarge(max));
         }
         let mut reservation = self.reserve(tenant, declared.unwrap_or(0), escrow)?;
+        if let Some(d) = declared {
+            self.admit_write(tenant, d, &mut reservation).await?;
+        }
         let blob = self.blobs().blob_name(bucket);
         let limits = BodyLimits {
             declared,
@@ -223,6 +226,14 @@ impl Front {
             Some(bytes) => Stored::Inline(bytes),
             None => Stored::Blob(blob),
         };
+        if declared.is_none()
+            && let Err(e) = self
+                .admit_write(tenant, written.size, &mut reservation)
+                .await
+        {
+            stored.discard(self, tenant).await;
+            return Err(e);
+        }
         Ok((stored, written, reservation))
     }
 
@@ -638,7 +649,8 @@ impl Front {
         let whole_single =
             src.segments.len() == 1 && range.start == 0 && len == src.size && src.parts == 0;
         if whole_single && let Some(md5) = hex16(&src.etag) {
-            let reservation = self.catalog().ledger().reserve(tenant, len)?;
+            let mut reservation = self.catalog().ledger().reserve(tenant, len)?;
+            self.admit_write(tenant, len, &mut reservation).await?;
             let blob = self.blobs().blob_name(bucket);
             // The tier moves the bytes even when it copies them itself.
             self.pacer(tenant).admit_copy(len).await;
@@ -667,7 +679,8 @@ impl Front {
         body: &Bytes,
     ) -> ApiResult<(Stored, Written, sluice_meta::Reservation)> {
         let len = body.len() as u64;
-        let reservation = self.catalog().ledger().reserve(tenant, len)?;
+        let mut reservation = self.catalog().ledger().reserve(tenant, len)?;
+        self.admit_write(tenant, len, &mut reservation).await?;
         self.pacer(tenant).admit_copy(len).await;
         let written = Written {
             size: len,

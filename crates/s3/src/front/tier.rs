@@ -86,6 +86,17 @@ pub trait Tier: Send + Sync + 'static {
     /// Why this store's bytes for the tenant are not reaching the tier, if the last attempt
     /// failed: the refusal quoted when the tenant's local buffer is full.
     fn stalled(&self, tenant: &str) -> Option<String>;
+
+    /// Whether this store may acknowledge a write of `bytes` more for the tenant: the tier's
+    /// quota held for it (the node agent's shared-tier escrow), or
+    /// [`ApiError::SharedQuotaExceeded`]. Asked before the body is read when its length is
+    /// declared, else once it is written, and always before the commit that acknowledges it.
+    /// What it returns is attached to the write's reservation, told whether the write
+    /// committed ([`sluice_meta::Reservation::on_end`]).
+    async fn admit_write(&self, tenant: &str, bytes: u64) -> ApiResult<Option<sluice_meta::OnEnd>> {
+        let _ = (tenant, bytes);
+        Ok(None)
+    }
 }
 
 /// The tier's objects as listing entries for `q` (its `max` aside): sorted, keys at or before

@@ -18,10 +18,17 @@ fn blob_object() -> ObjectRecord {
             Segment {
                 blob: "b/aa/one".into(),
                 size: 10,
+                checksums: None,
             },
             Segment {
                 blob: "b/bb/two".into(),
                 size: 20,
+                checksums: Some(sluice_meta::SegmentChecksums {
+                    algorithm: sluice_meta::ChunkAlgorithm::Crc64nvme,
+                    chunk_size: 16,
+                    values: vec![0x0123_4567_89ab_cdef, 7],
+                    client: None,
+                }),
             },
         ],
         inline: false,
@@ -110,4 +117,34 @@ fn a_blob_name_carries_its_writers_run() {
     let name = blobs.blob_name("b");
     assert_eq!(crate::reconcile::writer_of(&name), Some("00112233aabbccdd"));
     assert_eq!(Name::parse(&name), Name::Blob);
+}
+
+#[test]
+fn segment_checksums_are_kept_in_the_documented_form_and_checked_against_the_size() {
+    let rec = blob_object();
+    let json = ObjectRecovery::new("t", "b", "k", &rec, None).to_json();
+    let value: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    let sums = &value["segments"][1]["checksums"];
+    assert_eq!(sums["algorithm"], "crc64nvme");
+    assert_eq!(sums["chunk_size"], 16);
+    assert_eq!(sums["values"][0], "0123456789abcdef");
+    assert_eq!(sums["values"][1], "0000000000000007");
+    assert!(value["segments"][0].get("checksums").is_none());
+
+    // 20 bytes in 16-byte chunks is two values: one value is a record that lies.
+    let mut short = value.clone();
+    short["segments"][1]["checksums"]["values"] = serde_json::json!(["0000000000000007"]);
+    let bytes = serde_json::to_vec(&short).expect("json");
+    assert!(matches!(
+        ObjectRecovery::from_json(&bytes),
+        Err(RecordError::Inconsistent(_))
+    ));
+    // An algorithm this code cannot verify is refused, never read as unverified.
+    let mut other = value;
+    other["segments"][1]["checksums"]["algorithm"] = serde_json::json!("xxh3");
+    let bytes = serde_json::to_vec(&other).expect("json");
+    assert!(matches!(
+        ObjectRecovery::from_json(&bytes),
+        Err(RecordError::Json(_))
+    ));
 }
