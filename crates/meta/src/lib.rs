@@ -56,7 +56,8 @@ pub use hook::{Change, CommitHook};
 pub use keys::prefix_end;
 pub use ledger::{EscrowGrant, Ledger, ObjectSlot, OnEnd, Reservation};
 pub use record::{
-    ObjectRecord, PartRecord, Precondition, Segment, UploadRecord, decode_object,
+    ChunkAlgorithm, ClientChecksum, ObjectRecord, PartRecord, Precondition, Segment,
+    SegmentChecksums, UploadRecord, decode_object,
     decode_object_with_body, encode_object, next_version,
 };
 pub use redb;

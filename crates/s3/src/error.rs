@@ -162,6 +162,13 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 sluice_serve::request::fault(format_args!("object data missing from backend: {b}"));
                 with(C::InternalError, "object data is missing from the backend")
             }
+            other if crate::blob::integrity::is_corrupt(&other) => {
+                sluice_serve::request::fault(format_args!("{other}"));
+                with(
+                    C::InternalError,
+                    "the object's stored data failed its integrity check",
+                )
+            }
             other if out_of_space(&other) => {
                 sluice_serve::request::fault(format_args!("the storage is out of space: {other}"));
                 let mut err = with(

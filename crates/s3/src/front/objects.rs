@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::{Arc, PoisonError};
 
 use base64::Engine;
 use bytes::Bytes;
+use futures::TryStreamExt as _;
 use md5::{Digest as _, Md5};
 use s3s::dto::{self, StreamingBlob};
 use s3s::stream::ByteStream;
@@ -13,6 +15,7 @@ use sluice_meta::{ObjectRecord, Precondition, Segment};
 
 use super::tier::TierRead;
 use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
+use crate::blob::integrity::ReadLabel;
 use crate::blob::{self, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
@@ -128,6 +131,8 @@ impl Stored {
 pub(super) struct Source {
     pub rec: ObjectRecord,
     pub inline: Option<Bytes>,
+    /// Its bucket and key, named in the log if its bytes fail their checksum.
+    pub label: Arc<ReadLabel>,
 }
 
 /// A request body stored, not yet referenced by the catalog.
@@ -270,6 +275,10 @@ impl Front {
             .await?;
         let verified =
             check_md5(content_md5, &written).and_then(|()| checksum.verify(body.finish()));
+        let mut written = written;
+        if let (Ok(Some(d)), Some(sums)) = (&verified, written.checksums.as_mut()) {
+            sums.client = Some(d.stored());
+        }
         match verified {
             Ok(checksum) => Ok(Received {
                 stored,
@@ -418,6 +427,10 @@ impl Front {
         Ok(Source {
             rec,
             inline: inline.map(Bytes::from),
+            label: Arc::new(ReadLabel {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+            }),
         })
     }
 
@@ -434,7 +447,9 @@ impl Front {
         let pacer = self.pacer(tenant);
         match &src.inline {
             Some(body) => blob::read_inline(&pacer, body.clone(), range),
-            None => self.blobs().read(&pacer, &src.rec.segments, range, lane),
+            None => self
+                .blobs()
+                .read_labeled(&pacer, &src.label, &src.rec.segments, range, lane),
         }
     }
 
@@ -453,6 +468,7 @@ impl Front {
             if_modified_since: input.if_modified_since.take(),
             if_unmodified_since: input.if_unmodified_since.take(),
         };
+        let mut stored = None;
         let (rec, range, body) = match self
             .object_with_body(tenant, &input.bucket, &input.key)
             .await
@@ -463,6 +479,11 @@ impl Front {
                     None => 0..src.rec.size,
                     Some(r) => r.check(src.rec.size).map_err(|_| ApiError::InvalidRange)?,
                 };
+                // The whole object's checksum, for a whole object's read (as S3: none for a
+                // range).
+                if checksum_mode(input.checksum_mode.as_ref()) && input.range.is_none() {
+                    stored = checksum::of_object(&src.rec, src.inline.as_deref());
+                }
                 let body = self.read_object(tenant, &src, range.clone(), lane);
                 let body = self.checked_body(tenant, &src.rec, &range, body).await?;
                 (src.rec, range, body)
@@ -507,6 +528,12 @@ impl Front {
             expires: input.response_expires.or_else(|| expires(rec)),
             metadata: metadata(rec),
             parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
+            checksum_crc32: stored_value(stored.as_ref(), Algorithm::Crc32),
+            checksum_crc32c: stored_value(stored.as_ref(), Algorithm::Crc32c),
+            checksum_crc64nvme: stored_value(stored.as_ref(), Algorithm::Crc64Nvme),
+            checksum_sha1: stored_value(stored.as_ref(), Algorithm::Sha1),
+            checksum_sha256: stored_value(stored.as_ref(), Algorithm::Sha256),
+            checksum_type: stored.as_ref().map(|(_, kind)| kind.dto()),
             ..Default::default()
         })
     }
@@ -516,7 +543,20 @@ impl Front {
         tenant: &str,
         input: dto::HeadObjectInput,
     ) -> ApiResult<dto::HeadObjectOutput> {
-        let rec = match self.object(tenant, &input.bucket, &input.key).await {
+        let mut stored = None;
+        let wants_checksum = checksum_mode(input.checksum_mode.as_ref());
+        let here = if wants_checksum {
+            // An inline object's checksum is taken from its body.
+            self.object_with_body(tenant, &input.bucket, &input.key)
+                .await
+                .map(|src| {
+                    stored = checksum::of_object(&src.rec, src.inline.as_deref());
+                    src.rec
+                })
+        } else {
+            self.object(tenant, &input.bucket, &input.key).await
+        };
+        let rec = match here {
             Ok(rec) => rec,
             Err(e) => match self.tier_after(&e) {
                 Some(tier) => tier.head(tenant, &input.bucket, &input.key).await?,
@@ -543,6 +583,12 @@ impl Front {
             expires: expires(&rec),
             metadata: metadata(&rec),
             parts_count: (rec.parts > 0).then(|| i32::try_from(rec.parts).unwrap_or(i32::MAX)),
+            checksum_crc32: stored_value(stored.as_ref(), Algorithm::Crc32),
+            checksum_crc32c: stored_value(stored.as_ref(), Algorithm::Crc32c),
+            checksum_crc64nvme: stored_value(stored.as_ref(), Algorithm::Crc64Nvme),
+            checksum_sha1: stored_value(stored.as_ref(), Algorithm::Sha1),
+            checksum_sha256: stored_value(stored.as_ref(), Algorithm::Sha256),
+            checksum_type: stored.as_ref().map(|(_, kind)| kind.dto()),
             ..Default::default()
         })
     }
@@ -648,7 +694,13 @@ impl Front {
         let len = range.end - range.start;
         let whole_single =
             src.segments.len() == 1 && range.start == 0 && len == src.size && src.parts == 0;
-        if whole_single && let Some(md5) = hex16(&src.etag) {
+        // On the local filesystem a copy reads the source through its checksums (a corrupt
+        // source fails the copy instead of spreading); other backends copy server-side,
+        // checking their own bytes, and the copy keeps the source's checksums.
+        if whole_single
+            && !self.blobs().has_local_files()
+            && let Some(md5) = hex16(&src.etag)
+        {
             let mut reservation = self.catalog().ledger().reserve(tenant, len)?;
             self.admit_write(tenant, len, &mut reservation).await?;
             let blob = self.blobs().blob_name(bucket);
@@ -661,13 +713,31 @@ impl Front {
                 size: len,
                 md5,
                 inline: None,
+                checksums: src.segments[0].checksums.clone(),
             };
             return Ok((blob, written, reservation));
         }
-        let body = self.read_object(tenant, source, range, None);
-        let (stored, written, reservation) = self
+        // A source that fails to read (a checksum that does not match, a blob gone) fails
+        // the copy with its own error, not as a client's broken body.
+        let failed = Arc::new(std::sync::Mutex::new(None));
+        let seen = Arc::clone(&failed);
+        let body = self
+            .read_object(tenant, source, range, None)
+            .map_err(move |e| {
+                let text = e.to_string();
+                *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                text
+            });
+        let stored = self
             .store_body(tenant, bucket, body, Some(len), u64::MAX, None, None)
-            .await?;
+            .await;
+        let (stored, written, reservation) = match stored {
+            Ok(stored) => stored,
+            Err(e) => {
+                let source = failed.lock().unwrap_or_else(PoisonError::into_inner).take();
+                return Err(source.map_or(e, ApiError::Backend));
+            }
+        };
         Ok((stored.into_blob()?, written, reservation))
     }
 
@@ -686,6 +756,7 @@ impl Front {
             size: len,
             md5: Md5::digest(body).into(),
             inline: None,
+            checksums: None,
         };
         Ok((Stored::Inline(body.clone()), written, reservation))
     }
@@ -840,6 +911,7 @@ fn new_object(
             vec![Segment {
                 blob,
                 size: written.size,
+                checksums: written.checksums.clone(),
             }],
             None,
         ),
@@ -858,6 +930,16 @@ fn new_object(
         version: 0,
     };
     (rec, inline)
+}
+
+/// Whether a GET or HEAD asked for the stored checksum (`x-amz-checksum-mode: ENABLED`).
+fn checksum_mode(mode: Option<&dto::ChecksumMode>) -> bool {
+    mode.is_some_and(|m| m.as_str().eq_ignore_ascii_case(dto::ChecksumMode::ENABLED))
+}
+
+/// The response field for `algorithm` of an object's stored checksum.
+fn stored_value(stored: Option<&(Digest, checksum::Kind)>, algorithm: Algorithm) -> Option<String> {
+    checksum::value(stored.map(|(d, _)| d), algorithm)
 }
 
 fn content_range(range: &Range<u64>, size: u64) -> String {
