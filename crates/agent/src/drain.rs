@@ -38,7 +38,11 @@
 //! # The upstream
 //!
 //! The drain works through [`UpstreamStore`], so its tests run it against the in-memory twin
-//! behind a fault injector; `model` checks it and the journal against a reference model.
+//! behind a fault injector; `model` checks it and the journal against a reference model,
+//! also through a pool of two gateways one of which dies and comes back. In production the
+//! store is a [`Pool`](crate::upstream::Pool) of the configured gateways: it fails a step
+//! over to another gateway inside the one call, so the order of the steps here (a marker
+//! after its checkpoint) is the order the shared tier sees, however many gateways die.
 //!
 //! # Cancellation
 //!
