@@ -10,12 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
 import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
 
-from harness import Backend, Gateway, free_port
+from harness import Backend, Gateway, free_port, sluice_bin
 
 MiB = 1024 * 1024
 
@@ -191,3 +192,47 @@ def test_an_intact_object_and_its_copy_read_back_exactly(gw):
     segs = segments_of(gw, "alice", "bkt", "dst")
     assert len(segs[0]["checksums"]["values"]) == 6, segs
 
+
+def scrub(gw: Gateway, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sluice_bin(), "scrub", "--config", str(gw.config_path), *args],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_scrub_exits_0_on_a_clean_store_and_names_corrupt_and_missing_objects(gw):
+    s3 = gw.client("alice")
+    s3.create_bucket(Bucket="bkt")
+    s3.put_object(Bucket="bkt", Key="inline", Body=b"small")
+    s3.put_object(Bucket="bkt", Key="rotten", Body=os.urandom(3 * MiB))
+    s3.put_object(Bucket="bkt", Key="lost", Body=os.urandom(200_000))
+    s3.put_object(Bucket="bkt", Key="fine", Body=os.urandom(2 * MiB))
+    gw.client("bob").create_bucket(Bucket="bobs")
+    gw.client("bob").put_object(Bucket="bobs", Key="x", Body=os.urandom(100_000))
+    gw.stop()  # the embedded catalog's file is the gateway's while it runs
+
+    clean = scrub(gw, "--json", "--rate", "64MiB/s")
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    report = json.loads(clean.stdout)
+    assert report["findings"] == []
+    assert (report["objects"], report["inline_objects"]) == (5, 1)
+    assert report["bytes"] == 3 * MiB + 200_000 + 2 * MiB + 100_000
+
+    flip(gw, "alice", "bkt", "rotten", 2 * MiB + 5)
+    lost = segments_of(gw, "alice", "bkt", "lost")[0]["blob"]
+    (gw.workdir / "data" / "objects" / "tenants" / "alice" / lost).unlink()
+    bad = scrub(gw, "--json")
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    found = {(f["kind"], f["key"]) for f in json.loads(bad.stdout)["findings"]}
+    assert found == {("corrupt", "rotten"), ("missing", "lost")}
+    chunk = next(f for f in json.loads(bad.stdout)["findings"] if f["kind"] == "corrupt")
+    assert chunk["chunk"] == 2 and chunk["tenant"] == "alice" and chunk["bucket"] == "bkt"
+
+    text = scrub(gw)
+    assert text.returncode == 1
+    assert "corrupt: alice/bkt/rotten" in text.stdout and "missing: alice/bkt/lost" in text.stdout
+    # Another tenant's store is clean.
+    only_bob = scrub(gw, "--tenant", "bob", "--json")
+    assert only_bob.returncode == 0, only_bob.stdout + only_bob.stderr
+    assert json.loads(only_bob.stdout)["objects"] == 1
+    assert scrub(gw, "--tenant", "nobody").returncode != 0

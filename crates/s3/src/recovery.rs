@@ -22,6 +22,7 @@
 
 mod inventory;
 pub mod rebuild;
+pub mod scrub;
 
 pub use inventory::{CatalogView, Finding, Report, inventory};
 pub use rebuild::{GcOptions, GcSummary, RebuildSummary, RecoveryError, check, gc, rebuild};

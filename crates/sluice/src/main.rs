@@ -43,6 +43,8 @@ enum Command {
     /// The catalog against the backend's recovery records: rebuild, check, gc.
     #[command(subcommand)]
     Catalog(cmd::catalog::Command),
+    /// Read every blob back and verify its checksums; exits 1 on a corrupt or missing one.
+    Scrub(cmd::scrub::Args),
     /// Provisioning arithmetic for uncorrelated checkpoint bursts.
     Plan(cmd::plan::Args),
     /// Measure the configured backend's bandwidth and operation rate for [gateway.capacity].
@@ -73,6 +75,7 @@ fn run() -> anyhow::Result<()> {
         Command::Agent(args) => cmd::agent::run(&args),
         Command::Tenant(cmd) => cmd::tenant::run(&cmd),
         Command::Catalog(cmd) => cmd::catalog::run(&cmd),
+        Command::Scrub(args) => cmd::scrub::run(&args),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
         Command::Calibrate(args) => cmd::bench::calibrate(&args),

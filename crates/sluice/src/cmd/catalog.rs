@@ -90,7 +90,9 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
 }
 
 /// The catalog and backend the gateway of `path` uses, and its configured tenants.
-async fn open(path: &std::path::Path) -> anyhow::Result<(Catalog, BlobStore, BTreeSet<String>)> {
+pub(super) async fn open(
+    path: &std::path::Path,
+) -> anyhow::Result<(Catalog, BlobStore, BTreeSet<String>)> {
     let config = Config::load(path)?;
     let g = sluice_gateway::gateway_section(&config)?;
     let catalog = if let Some(shared) = &config.catalog {

@@ -7,6 +7,7 @@ pub mod bench_report;
 pub mod catalog;
 pub mod gateway;
 pub mod plan;
+pub mod scrub;
 pub mod tenant;
 pub mod up;
 
