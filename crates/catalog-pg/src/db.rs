@@ -3,6 +3,10 @@
 //! retried from the start on a serialization failure (SQLSTATE 40001) or a deadlock (40P01)
 //! with jittered exponential backoff.
 //!
+//! A transaction's `BEGIN` is sent with its first statement, pipelined on the connection
+//! (the server answers them in order), so it costs no round trip of its own: a commit of
+//! `n` statements is `n + 1` round trips (the last one `COMMIT`), not `n + 2`.
+//!
 //! `Handle::block_on` panics when called from an async task: calling the catalog from a
 //! runtime worker instead of a blocking thread fails loudly at the first call, never
 //! deadlocks.
@@ -12,12 +16,14 @@ use std::time::Duration;
 
 use std::str::FromStr;
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Transaction};
+use std::cell::Cell;
+
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
 use sluice_meta::MetaError;
 use tokio::runtime::Handle;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{IsolationLevel, NoTls, Row};
+use tokio_postgres::{NoTls, Row, Statement};
 
 /// How often a transaction is tried before its conflict is reported.
 const ATTEMPTS: u32 = 30;
@@ -41,6 +47,16 @@ impl From<MetaError> for TxError {
     }
 }
 
+impl TxError {
+    /// The error as the catalog reports it.
+    pub(crate) fn into_meta(self) -> MetaError {
+        match self {
+            Self::Pg(e) => db_error(e),
+            Self::Meta(e) => e,
+        }
+    }
+}
+
 pub(crate) type TxResult<T> = Result<T, TxError>;
 
 pub(crate) fn db_error(e: impl std::error::Error + Send + Sync + 'static) -> MetaError {
@@ -54,46 +70,97 @@ fn retryable(e: &tokio_postgres::Error) -> bool {
     )
 }
 
-/// One transaction in progress, driven from a blocking thread.
+/// One transaction in progress on a pooled connection, driven from a blocking thread. Its
+/// `BEGIN` goes out with its first statement; it ends with [`Tx::commit`], or with a
+/// `ROLLBACK` when dropped.
 pub(crate) struct Tx<'a> {
     handle: &'a Handle,
-    tx: Transaction<'a>,
+    client: &'a Object,
+    /// `BEGIN ...`, until it has been sent.
+    begin: Cell<Option<&'static str>>,
+    /// The transaction is over (committed or rolled back) or never began.
+    done: Cell<bool>,
 }
 
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl Tx<'_> {
-    pub(crate) fn query(&self, sql: &str, params: Params<'_>) -> TxResult<Vec<Row>> {
+    /// Runs `st` through `run`, with the transaction's `BEGIN` pipelined ahead of it if it
+    /// has not been sent yet.
+    fn statement<T, F>(&self, sql: &str, run: impl FnOnce(Statement) -> F) -> TxResult<T>
+    where
+        F: std::future::Future<Output = Result<T, tokio_postgres::Error>>,
+    {
         Ok(self.handle.block_on(async {
-            let st = self.tx.prepare_cached(sql).await?;
-            self.tx.query(&st, params).await
+            let st = self.client.prepare_cached(sql).await?;
+            match self.begin.take() {
+                None => run(st).await,
+                Some(begin) => {
+                    // Polled in order: `BEGIN` is on the wire before the statement.
+                    let (opened, out) = tokio::join!(self.client.batch_execute(begin), run(st));
+                    opened?;
+                    out
+                }
+            }
         })?)
+    }
+
+    pub(crate) fn query(&self, sql: &str, params: Params<'_>) -> TxResult<Vec<Row>> {
+        self.statement(
+            sql,
+            |st| async move { self.client.query(&st, params).await },
+        )
     }
 
     pub(crate) fn query_opt(&self, sql: &str, params: Params<'_>) -> TxResult<Option<Row>> {
-        Ok(self.handle.block_on(async {
-            let st = self.tx.prepare_cached(sql).await?;
-            self.tx.query_opt(&st, params).await
-        })?)
+        self.statement(
+            sql,
+            |st| async move { self.client.query_opt(&st, params).await },
+        )
     }
 
     pub(crate) fn query_one(&self, sql: &str, params: Params<'_>) -> TxResult<Row> {
-        Ok(self.handle.block_on(async {
-            let st = self.tx.prepare_cached(sql).await?;
-            self.tx.query_one(&st, params).await
-        })?)
+        self.statement(
+            sql,
+            |st| async move { self.client.query_one(&st, params).await },
+        )
     }
 
     pub(crate) fn execute(&self, sql: &str, params: Params<'_>) -> TxResult<u64> {
-        Ok(self.handle.block_on(async {
-            let st = self.tx.prepare_cached(sql).await?;
-            self.tx.execute(&st, params).await
-        })?)
+        self.statement(
+            sql,
+            |st| async move { self.client.execute(&st, params).await },
+        )
     }
 
     /// A batch of statements without parameters (the schema's migrations).
     pub(crate) fn batch(&self, sql: &str) -> TxResult<()> {
-        Ok(self.handle.block_on(self.tx.batch_execute(sql))?)
+        if let Some(begin) = self.begin.take() {
+            self.handle.block_on(self.client.batch_execute(begin))?;
+        }
+        Ok(self.handle.block_on(self.client.batch_execute(sql))?)
+    }
+
+    /// Commits (a transaction that ran no statement has nothing to commit).
+    fn commit(&self) -> Result<(), tokio_postgres::Error> {
+        if self.begin.take().is_some() {
+            self.done.set(true);
+            return Ok(());
+        }
+        self.done.set(true);
+        self.handle.block_on(self.client.batch_execute("COMMIT"))
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.done.get() || self.begin.get().is_some() {
+            return;
+        }
+        // An error ended the transaction early (perhaps the server aborted it already):
+        // roll it back before the connection returns to the pool. Should even that fail,
+        // the connection is broken and the pool's recycling check drops it.
+        let _ = self.handle.block_on(self.client.batch_execute("ROLLBACK"));
     }
 }
 
@@ -123,49 +190,47 @@ impl Db {
         Ok(Self { pool, handle })
     }
 
+    /// Runs one read-only statement on its own, outside any transaction block: the statement
+    /// is its own snapshot (on CockroachDB an implicit transaction, serializable), so a
+    /// single-row read costs one round trip, not three (`BEGIN`, the statement, `COMMIT`).
+    pub(crate) fn read_one(&self, sql: &str, params: Params<'_>) -> Result<Option<Row>, MetaError> {
+        self.handle.block_on(async {
+            let client = self.pool.get().await.map_err(db_error)?;
+            let st = client.prepare_cached(sql).await.map_err(db_error)?;
+            client.query_opt(&st, params).await.map_err(db_error)
+        })
+    }
+
     /// Runs `f` in a SERIALIZABLE transaction and commits it, trying again from the start
     /// while it loses a conflict. `f` must be safe to run more than once: it changes nothing
     /// outside the transaction.
     pub(crate) fn write<T>(&self, f: impl FnMut(&Tx<'_>) -> TxResult<T>) -> Result<T, MetaError> {
-        self.run(IsolationLevel::Serializable, false, f)
+        self.run("BEGIN ISOLATION LEVEL SERIALIZABLE", f)
     }
 
     /// Runs `f` in a read-only snapshot (REPEATABLE READ, which CockroachDB runs as
     /// SERIALIZABLE).
     pub(crate) fn read<T>(&self, f: impl FnMut(&Tx<'_>) -> TxResult<T>) -> Result<T, MetaError> {
-        self.run(IsolationLevel::RepeatableRead, true, f)
+        self.run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", f)
     }
 
     fn run<T>(
         &self,
-        level: IsolationLevel,
-        read_only: bool,
+        begin: &'static str,
         mut f: impl FnMut(&Tx<'_>) -> TxResult<T>,
     ) -> Result<T, MetaError> {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            let mut client = self.handle.block_on(self.pool.get()).map_err(db_error)?;
-            let tx = self
-                .handle
-                .block_on(
-                    client
-                        .build_transaction()
-                        .isolation_level(level)
-                        .read_only(read_only)
-                        .start(),
-                )
-                .map_err(db_error)?;
+            let client = self.handle.block_on(self.pool.get()).map_err(db_error)?;
             let tx = Tx {
                 handle: &self.handle,
-                tx,
+                client: &client,
+                begin: Cell::new(Some(begin)),
+                done: Cell::new(false),
             };
             let outcome = match f(&tx) {
-                Ok(v) => self
-                    .handle
-                    .block_on(tx.tx.commit())
-                    .map(|()| v)
-                    .map_err(TxError::Pg),
+                Ok(v) => tx.commit().map(|()| v).map_err(TxError::Pg),
                 Err(e) => {
                     // Dropping the transaction rolls it back.
                     drop(tx);
