@@ -65,19 +65,14 @@ class TlsGateway(Gateway):
 
 
 class TlsAgent(Agent):
-    """An agent whose [agent] section has `extra` lines (TLS keys, upstream_ca)."""
+    """An agent whose [agent] section has `extra` lines (TLS keys, upstream_ca; the harness
+    writes them)."""
 
-    extra: str = ""
     tls: bool = False
 
     @property
     def endpoint(self) -> str:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
-
-    def write_config(self) -> None:
-        super().write_config()
-        text = self.config_path.read_text()
-        self.config_path.write_text(text.replace("[agent]\n", f"[agent]\n{self.extra}\n", 1))
 
 
 def client(endpoint: str, ca: Path, tenant=ALICE):
