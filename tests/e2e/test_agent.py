@@ -239,20 +239,25 @@ def test_object_versions_list_both_tiers_through_the_node(tmp_path, tier):
 
 
 def test_shared_tier_outage_fills_the_local_quota_then_drains(tmp_path, tier):
-    tier.stop()
     agent = start_agent(tmp_path, tier, alice={"local_capacity": "8MiB"})
     try:
         node = agent.client(ALICE)
         node.create_bucket(Bucket="ckpt")
+        # The agent acknowledges only within the shared-tier quota it holds: its first write,
+        # with the gateway up, takes a chunk of escrow (64 MiB here) that outlasts the outage.
         bodies = {"obj-0": os.urandom(MiB)}
         node.put_object(Bucket="ckpt", Key="obj-0", Body=bodies["obj-0"])
+        agent.wait_drained("alice")
+        tier.stop()
+        bodies["obj-1"] = os.urandom(MiB)
+        node.put_object(Bucket="ckpt", Key="obj-1", Body=bodies["obj-1"])
         # The drain has tried and failed (an observable condition) before the buffer fills.
         deadline = time.monotonic() + 30
         while agent.tenant_status("alice")["last_error"] is None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         refused = None
-        for i in range(1, 20):
+        for i in range(2, 20):
             body = os.urandom(MiB)
             try:
                 node.put_object(Bucket="ckpt", Key=f"obj-{i}", Body=body)
@@ -260,13 +265,15 @@ def test_shared_tier_outage_fills_the_local_quota_then_drains(tmp_path, tier):
             except ClientError as e:
                 refused = e.response
                 break
-        assert len(bodies) == 8, len(bodies)
+        # obj-0 is durable upstream: evicted to make room (above 90%) or not, by the time
+        # the buffer is full.
+        assert len(bodies) in (8, 9), len(bodies)
         assert refused["Error"]["Code"] == "QuotaExceeded"
         assert refused["ResponseMetadata"]["HTTPStatusCode"] == 403
         assert "local buffer" in refused["Error"]["Message"]
         assert "shared tier is not taking" in refused["Error"]["Message"], refused["Error"]["Message"]
         s = agent.tenant_status("alice")
-        assert s["pending_bytes"] == 8 * MiB and s["last_error"] is not None
+        assert s["pending_bytes"] == (len(bodies) - 1) * MiB and s["last_error"] is not None
         # Everything acknowledged is still served from the node meanwhile.
         for k, v in bodies.items():
             assert node.get_object(Bucket="ckpt", Key=k)["Body"].read() == v
@@ -335,34 +342,40 @@ def test_the_drain_holds_its_rate_and_speeds_up_for_a_deadline_within_the_limit(
         agent.stop()
 
 
-def test_an_upstream_refusal_is_reported_and_nothing_is_dropped(tmp_path, tier):
-    # tiny has 10 MiB on the shared tier but 30 MiB on the node.
+def test_a_write_the_shared_tier_would_refuse_is_refused_and_nothing_is_dropped(tmp_path, tier):
+    # tiny has 10 MiB on the shared tier but 30 MiB on the node. The agent used to
+    # acknowledge all 12 MiB and strand the last 2 (QuotaExceeded upstream, permanent); it
+    # now holds the shared tier's quota before acknowledging and refuses what it cannot hold.
     agent = start_agent(tmp_path, tier, tiny={"local_capacity": "30MiB"})
     try:
         node = agent.client(TINY)
         node.create_bucket(Bucket="bkt")
-        bodies = {f"k{i}": os.urandom(MiB) for i in range(12)}
-        for k, v in bodies.items():
-            node.put_object(Bucket="bkt", Key=k, Body=v)
-        deadline = time.monotonic() + 60
-        while True:
-            s = agent.tenant_status("tiny")
-            if s["last_error"] and s["last_error"]["permanent"]:
-                break
-            assert time.monotonic() < deadline, s
-            time.sleep(0.1)
-        assert "QuotaExceeded" in s["last_error"]["message"]
-        assert s["pending_bytes"] >= 2 * MiB
-        assert 'sluice_agent_upstream_refused{tenant="tiny"} 1' in agent.metrics()
-        for k, v in bodies.items():
-            assert node.get_object(Bucket="bkt", Key=k)["Body"].read() == v
-        # The operator frees space upstream: the drain resumes by itself.
+        bodies, refused = {}, []
+        for i in range(12):
+            body = os.urandom(MiB)
+            try:
+                node.put_object(Bucket="bkt", Key=f"k{i}", Body=body)
+                bodies[f"k{i}"] = body
+            except ClientError as e:
+                refused.append(e.response)
+        assert len(bodies) == 10 and len(refused) == 2, (len(bodies), len(refused))
+        for r in refused:
+            assert r["Error"]["Code"] == "QuotaExceeded", r
+            assert r["ResponseMetadata"]["HTTPStatusCode"] == 403
+            assert "shared tier" in r["Error"]["Message"], r
+        s = agent.wait_drained("tiny", timeout=60)
+        assert s["last_error"] is None, s
         upstream = tier.client("tiny")
-        drained = [k for k in listing(upstream, "bkt")]
-        upstream.delete_objects(Bucket="bkt", Delete={"Objects": [{"Key": k} for k in drained[:4]]})
-        agent.wait_drained("tiny", timeout=60)
-        for k in set(bodies) - set(drained[:4]):
-            assert upstream.get_object(Bucket="bkt", Key=k)["Body"].read() == bodies[k]
+        for k, v in bodies.items():
+            assert upstream.get_object(Bucket="bkt", Key=k)["Body"].read() == v
+        # The operator frees space upstream: the node takes writes again, and they drain.
+        upstream.delete_objects(Bucket="bkt", Delete={"Objects": [{"Key": k} for k in list(bodies)[:4]]})
+        for i in range(12, 16):
+            node.put_object(Bucket="bkt", Key=f"k{i}", Body=os.urandom(MiB))
+            # One at a time: the last fits exactly, and a write's bytes in flight upstream
+            # are counted twice by the node meanwhile (docs/design/agent-escrow.md).
+            agent.wait_drained("tiny", timeout=60)
+        assert len(listing(upstream, "bkt")) == 10
     finally:
         agent.stop()
 

@@ -56,6 +56,9 @@ def fill_then_refuse(agent: Agent, gateway_client) -> dict[str, bytes]:
     acked = {}
     acked["shard-0"] = os.urandom(3 * MiB)
     node.put_object(Bucket="ckpt", Key="shard-0", Body=acked["shard-0"])
+    # Drained first: while an upload is in flight upstream the node counts its bytes twice
+    # (see docs/design/agent-escrow.md, Limits), and the last write below fits exactly.
+    agent.wait_drained("small")
     refused_at_once(node, "shard-1", os.urandom(3 * MiB))
     acked["last"] = os.urandom(MiB)
     node.put_object(Bucket="ckpt", Key="last", Body=acked["last"])
@@ -108,17 +111,19 @@ def test_a_killed_agents_escrow_returns_when_its_lease_lapses(tmp_path):
         node = agent.client(SMALL)
         node.create_bucket(Bucket="ckpt")
         direct.put_object(Bucket="ckpt", Key="direct", Body=os.urandom(6 * MiB))
-        # Two writes through the agent: the second asks for a chunk beyond its own bytes
-        # (a sixteenth of the quota, 512 KiB), which the agent then holds unspent.
+        # Two writes through the agent: the first asks for a chunk beyond its own bytes, part
+        # of which the agent still holds unspent once both have drained.
         node.put_object(Bucket="ckpt", Key="a", Body=os.urandom(MiB))
         node.put_object(Bucket="ckpt", Key="b", Body=os.urandom(MiB // 4))
         agent.wait_drained("small", timeout=60)
-        # 8 - 6 - 1.25 = 0.75 MiB free, 0.5 of it held by the live agent, renewed every
-        # third of its 2 s lease: for three leases, a direct 0.5 MiB write is refused.
+        # 8 - 6 - 1.25 = 0.75 MiB free, some of it (at most a chunk) still held by the live
+        # agent, renewed every third of its 2 s lease: for three leases, a direct write of
+        # all 0.75 MiB is refused.
+        probe = os.urandom(3 * MiB // 4)
         deadline = time.monotonic() + 6
         while time.monotonic() < deadline:
             with pytest.raises(ClientError) as e:
-                direct.put_object(Bucket="ckpt", Key="probe", Body=os.urandom(MiB // 2))
+                direct.put_object(Bucket="ckpt", Key="probe", Body=probe)
             assert error(e.value) == ("QuotaExceeded", 403)
             time.sleep(0.5)
         agent.kill9()
@@ -126,7 +131,7 @@ def test_a_killed_agents_escrow_returns_when_its_lease_lapses(tmp_path):
         deadline = time.monotonic() + 15
         while True:
             try:
-                direct.put_object(Bucket="ckpt", Key="probe", Body=os.urandom(MiB // 2))
+                direct.put_object(Bucket="ckpt", Key="probe", Body=probe)
                 break
             except ClientError as e:
                 assert error(e) == ("QuotaExceeded", 403)

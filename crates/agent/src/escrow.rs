@@ -15,7 +15,8 @@
 //! - **Admission** ([`SharedQuota::admit`]): a write of `n` bytes takes `n` from the headroom
 //!   (`granted − base − reserved − committed`) at once. When short, one request per tenant at
 //!   a time asks for `base + reserved + committed + n + chunk` (chunk: a sixteenth of the quota,
-//!   at most 64 MiB); the gateway grants up to what is free. Still short: 403 `QuotaExceeded`
+//!   at most 64 MiB, and 64 MiB before the quota is known); the gateway grants up to what is
+//!   free, so during an outage of the gateways the node keeps acknowledging up to that chunk. Still short: 403 `QuotaExceeded`
 //!   naming the shared tier. The gateway unreachable: what is held is still admitted; beyond
 //!   it, 503 `SlowDown` (the node cannot know whether the shared tier would take it).
 //! - **End**: the admission rides on the write's local reservation; a write that commits moves
@@ -111,9 +112,11 @@ impl Book {
         }
     }
 
-    /// The chunk asked for beyond what is needed.
+    /// The chunk asked for beyond what is needed: a sixteenth of the quota, at most
+    /// [`MAX_CHUNK`] (the most, while the quota is not yet known; the gateway grants no more
+    /// than is free).
     pub fn chunk(&self) -> u64 {
-        self.quota.map_or(0, |q| (q / 16).min(MAX_CHUNK))
+        self.quota.map_or(MAX_CHUNK, |q| (q / 16).min(MAX_CHUNK))
     }
 
     /// An answer to a request that left at `sent_ms`, `undrained` measured just before it,
@@ -443,7 +446,7 @@ mod tests {
     #[test]
     fn the_chunk_is_a_sixteenth_of_the_quota_at_most_64_mib() {
         let mut b = Book::default();
-        assert_eq!(b.chunk(), 0);
+        assert_eq!(b.chunk(), MAX_CHUNK);
         b.answered(&answer(0, 8 * MIB), 0, 0, 0, LEASE);
         assert_eq!(b.chunk(), MIB / 2);
         b.answered(&answer(0, 1 << 40), 0, 0, 0, LEASE);
