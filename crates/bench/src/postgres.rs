@@ -4,7 +4,9 @@
 //! loopback port, trust authentication, stopped (fast shutdown) when dropped.
 //!
 //! initdb refuses to run as root: as root the server runs as `nobody` (`setpriv`), in a
-//! directory of its own that belongs to `nobody`. The server fsyncs its WAL (`fsync=on`,
+//! directory of its own that belongs to `nobody`: in the run's working directory if `nobody`
+//! can reach it, else (a working directory under a private one, such as a test's) in a new
+//! directory in the system's temporary directory, removed when the server stops. The server fsyncs its WAL (`fsync=on`,
 //! `synchronous_commit=on`, the defaults): the embedded catalog it is compared with fsyncs
 //! every commit too.
 
@@ -54,6 +56,8 @@ pub struct PgServer {
     child: Child,
     pub port: u16,
     dir: PathBuf,
+    /// `dir` was made outside the run's working directory: removed on drop.
+    own_dir: bool,
     /// `postgres --version`.
     pub version: String,
 }
@@ -63,6 +67,14 @@ const NOBODY: u32 = 65534;
 
 fn running_as_root() -> bool {
     std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// Whether a user other than the owner can reach `dir`: every existing ancestor lets others
+/// search it.
+fn reachable_by_others(dir: &Path) -> bool {
+    dir.ancestors()
+        .filter_map(|a| std::fs::metadata(a).ok())
+        .all(|m| m.mode() & 0o001 != 0)
 }
 
 /// `program`, as `nobody` when `root`.
@@ -85,14 +97,32 @@ impl PgServer {
             BenchError::Setup(format!("PostgreSQL ({}): {what}: {e}", bin.display()))
         };
         let root = running_as_root();
+        let own_dir = root && !reachable_by_others(dir);
+        let dir = &if own_dir {
+            std::env::temp_dir().join(format!(
+                "sluice-bench-postgres-{}-{}",
+                std::process::id(),
+                free_port()?
+            ))
+        } else {
+            dir.to_path_buf()
+        };
         std::fs::create_dir_all(dir)?;
+        // Until the server owns it (and removes it when dropped), a failure removes it here.
+        let cleanup = |e: BenchError| {
+            if own_dir {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            e
+        };
         if root {
-            std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY))?;
+            std::os::unix::fs::chown(dir, Some(NOBODY), Some(NOBODY))
+                .map_err(|e| cleanup(e.into()))?;
         }
         let version = Command::new(bin.join("postgres"))
             .arg("--version")
             .output()
-            .map_err(|e| setup("postgres --version", &e))?;
+            .map_err(|e| cleanup(setup("postgres --version", &e)))?;
         let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
         let data = dir.join("data");
         let out = as_server_user(&bin.join("initdb"), root)
@@ -100,15 +130,15 @@ impl PgServer {
             .arg(&data)
             .args(["-U", "sluice", "--auth=trust", "-E", "UTF8", "--no-sync"])
             .output()
-            .map_err(|e| setup("initdb", &e))?;
+            .map_err(|e| cleanup(setup("initdb", &e)))?;
         if !out.status.success() {
-            return Err(setup(
+            return Err(cleanup(setup(
                 "initdb failed",
                 &String::from_utf8_lossy(&out.stderr).trim(),
-            ));
+            )));
         }
-        let port = free_port()?;
-        let log = std::fs::File::create(dir.join("postgres.log"))?;
+        let port = free_port().map_err(cleanup)?;
+        let log = std::fs::File::create(dir.join("postgres.log")).map_err(|e| cleanup(e.into()))?;
         let child = as_server_user(&bin.join("postgres"), root)
             .arg("-D")
             .arg(&data)
@@ -127,11 +157,12 @@ impl PgServer {
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .map_err(|e| setup("starting postgres", &e))?;
+            .map_err(|e| cleanup(setup("starting postgres", &e)))?;
         let mut server = Self {
             child,
             port,
-            dir: dir.to_path_buf(),
+            dir: dir.clone(),
+            own_dir,
             version,
         };
         server.wait_ready()?;
@@ -201,6 +232,9 @@ impl Drop for PgServer {
             .args(["-INT", &self.child.id().to_string()])
             .status();
         let _ = self.child.wait();
+        if self.own_dir {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
