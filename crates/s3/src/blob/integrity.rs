@@ -134,57 +134,6 @@ impl Verify {
     }
 }
 
-/// Bytes of a file read at a time to check it: small enough to stay in the CPU's cache
-/// between the read and the checksum.
-const FILE_STEP: usize = 256 * 1024;
-
-thread_local! {
-    /// The buffer a blocking thread checks file stretches through (allocated once per thread).
-    static FILE_BUF: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(vec![0; FILE_STEP]);
-}
-
-impl Verify {
-    /// [`Verify::check`] of `range` of `file`, read with positioned reads (the file is
-    /// shared by a read's grains, which run at once: its offset is never used) through a
-    /// small per-thread buffer. A file shorter than the range is an error.
-    pub fn check_file(
-        &self,
-        file: &std::fs::File,
-        range: std::ops::Range<u64>,
-    ) -> std::io::Result<Result<(), Corrupt>> {
-        use std::os::unix::fs::FileExt;
-        let chunk_size = self.sums.chunk_size.max(1);
-        FILE_BUF.with_borrow_mut(|buf| {
-            let mut at = range.start;
-            while at < range.end {
-                let chunk = at / chunk_size;
-                let end = range.end.min((chunk + 1) * chunk_size);
-                let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
-                while at < end {
-                    let n = usize::try_from(end - at).map_or(buf.len(), |n| n.min(buf.len()));
-                    file.read_exact_at(&mut buf[..n], at)?;
-                    digest.update(&buf[..n]);
-                    at += n as u64;
-                }
-                let actual = digest.finalize();
-                let expected = usize::try_from(chunk)
-                    .ok()
-                    .and_then(|i| self.sums.values.get(i).copied());
-                if expected != Some(actual) {
-                    return Ok(Err(Corrupt {
-                        blob: self.blob.to_string(),
-                        segment: self.segment,
-                        chunk,
-                        expected: expected.unwrap_or(0),
-                        actual,
-                    }));
-                }
-            }
-            Ok(Ok(()))
-        })
-    }
-}
-
 /// Counts and logs a checksum failure of `tenant`'s object, and turns it into the read's
 /// error (which fails the request: a 5xx before the status line, a broken connection after).
 pub fn report(

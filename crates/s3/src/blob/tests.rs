@@ -528,11 +528,10 @@ async fn a_flipped_byte_fails_every_read_of_its_chunk_and_no_other() {
     assert!(read.next().await.expect("chunk 1").is_err());
 }
 
-/// A read's grains share the blob's open file and are checked at once, on several threads:
-/// (blocking threads) the checks use positioned reads, never the file's offset (a race that failed intact
-/// blobs under the sendfile lane, found by the e2e test).
+/// A GET on a connection with a sendfile lane reads verified segments into buffers (never
+/// placeholders), exactly, however many grains are in flight at once.
 #[tokio::test]
-async fn concurrent_checks_of_one_shared_file_pass_on_an_intact_blob() {
+async fn verified_segments_bypass_the_lane_and_read_exactly() {
     let mib = usize::try_from(integrity::CHUNK).expect("chunk");
     let body: Vec<u8> = (0..24 * mib + 3).map(|i| (i * 7 % 253) as u8).collect();
     let (_dir, store, seg) = local_with_blob(&body).await;
@@ -544,6 +543,9 @@ async fn concurrent_checks_of_one_shared_file_pass_on_an_intact_blob() {
             .expect("an intact blob reads");
         assert!(got == body);
     }
+    let mut read = store.read(&pacer, std::slice::from_ref(&seg), 0..10, Some(&lane));
+    let first = read.next().await.expect("a grain").expect("read");
+    assert!(!SendfileLane::is_placeholder(&first));
 }
 
 /// A segment recorded before checksums existed is read unverified, and counted.
