@@ -36,7 +36,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use sluice_meta::{Catalog, OnEnd};
 use sluice_s3::error::{ApiError, ApiResult, TierError};
@@ -161,11 +161,7 @@ pub struct SharedQuota {
     tenants: Mutex<HashMap<String, Arc<Tenant>>>,
 }
 
-pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(crate) use sluice_meta::now_ms;
 
 impl SharedQuota {
     pub fn new(

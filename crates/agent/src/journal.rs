@@ -176,11 +176,7 @@ pub fn is_marker(patterns: &[String], key: &str) -> bool {
     })
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use sluice_meta::now_ms;
 
 /// Appends ops in the catalog's transactions. Markers are classified with the tenant's
 /// patterns at write time.

@@ -132,12 +132,7 @@ impl S3Route for TenantStatusRoute {
         _headers: &http::HeaderMap,
         _extensions: &mut http::Extensions,
     ) -> bool {
-        method == http::Method::GET
-            && uri.path() == "/"
-            && uri.query().is_some_and(|q| {
-                q.split('&')
-                    .any(|p| p.split('=').next() == Some(STATUS_QUERY))
-            })
+        sluice_s3::is_extension(method, uri, &http::Method::GET, STATUS_QUERY)
     }
 
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {

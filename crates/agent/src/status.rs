@@ -60,11 +60,7 @@ pub struct TenantStatus {
     pub last_error: Option<ErrorInfo>,
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use sluice_meta::now_ms;
 
 /// A status snapshot (blocking journal reads: call from a blocking thread).
 pub fn snapshot(

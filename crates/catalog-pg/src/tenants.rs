@@ -28,11 +28,7 @@ fn stored(spec: &TenantSpec) -> TenantSpec {
     s
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use sluice_meta::now_ms;
 
 fn read_all(tx: &Tx<'_>) -> TxResult<BTreeMap<String, TenantSpec>> {
     let mut all = BTreeMap::new();

@@ -6,22 +6,11 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_meta::{Catalog, EscrowGrant, MetaError, ObjectRecord, Segment};
+use sluice_meta::{Catalog, EscrowGrant, MetaError};
 
 const MIB: u64 = 1 << 20;
 
-fn obj(size: u64, blob: &str) -> ObjectRecord {
-    ObjectRecord {
-        size,
-        etag: "00".into(),
-        segments: vec![Segment {
-            blob: blob.into(),
-            size,
-            checksums: None,
-        }],
-        ..ObjectRecord::default()
-    }
-}
+use common::obj;
 
 fn held(g: EscrowGrant) -> u64 {
     match g {

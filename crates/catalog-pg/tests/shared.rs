@@ -6,22 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_catalog_pg::SCHEMA_VERSION;
-use sluice_meta::{Catalog, MetaError, ObjectRecord, Segment};
+use sluice_meta::{Catalog, MetaError};
 
 const MIB: u64 = 1 << 20;
 
-fn obj(size: u64, blob: &str) -> ObjectRecord {
-    ObjectRecord {
-        size,
-        etag: "00".into(),
-        segments: vec![Segment {
-            blob: blob.into(),
-            size,
-            checksums: None,
-        }],
-        ..ObjectRecord::default()
-    }
-}
+use common::obj;
 
 fn gateway(pg: &common::Pg, quota: u64) -> Catalog {
     let c = Catalog::new(Arc::new(pg.engine()));

@@ -57,10 +57,19 @@ pub use keys::prefix_end;
 pub use ledger::{EscrowGrant, Ledger, ObjectSlot, OnEnd, Reservation};
 pub use record::{
     ChunkAlgorithm, ClientChecksum, ObjectRecord, PartRecord, Precondition, Segment,
-    SegmentChecksums, UploadRecord, decode_object,
-    decode_object_with_body, encode_object, next_version,
+    SegmentChecksums, UploadRecord, decode_object, decode_object_with_body, encode_object,
+    next_version,
 };
 pub use redb;
+
+/// Wall-clock time in milliseconds since the Unix epoch (0 before it), the unit of every
+/// stored timestamp and lease expiry.
+#[must_use]
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
 pub use tenants::{SeedReport, TenantKeySpec, TenantSpec};
 
 /// Why a metadata operation failed.

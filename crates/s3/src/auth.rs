@@ -122,6 +122,22 @@ fn presigned_for_too_long(uri: &http::Uri) -> bool {
     })
 }
 
+/// Whether a sluice extension request is this one: `method` on the root path with `name` among
+/// its query's parameters (`/?sluice-escrow`, `/?sluice-status`), for an `s3s::route::S3Route`.
+#[must_use]
+pub fn is_extension(
+    method: &http::Method,
+    uri: &http::Uri,
+    want: &http::Method,
+    name: &str,
+) -> bool {
+    method == want
+        && uri.path() == "/"
+        && uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p.split('=').next() == Some(name)))
+}
+
 /// The tenant behind a request s3s has authenticated, under the rules every operation follows:
 /// Signature Version 4 only, no anonymous caller, a known key; named on the request's span
 /// (`sluice_serve::request`). For custom routes (`s3s::route::S3Route`), which s3s

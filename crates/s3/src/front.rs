@@ -29,7 +29,7 @@ pub use objects::METADATA_MAX;
 pub use tier::{Tier, TierBucket, TierRead};
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use s3s::dto::{self, Timestamp};
 use s3s::{S3, S3Request, S3Response, S3Result};
@@ -260,11 +260,7 @@ fn caller<T>(req: &S3Request<T>) -> ApiResult<Arc<str>> {
         .ok_or(ApiError::AccessDenied)
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use sluice_meta::now_ms;
 
 fn timestamp(ms: i64) -> Timestamp {
     let ms = u64::try_from(ms).unwrap_or(0);

@@ -25,7 +25,7 @@ pub mod name;
 pub mod reconcile;
 pub mod recovery;
 
-pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, sigv4_tenant};
+pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, is_extension, sigv4_tenant};
 pub use blob::BlobStore;
 pub use front::{Front, FrontConfig, Tier, TierBucket, TierRead};
 pub use reconcile::{ReconcileError, ReconcileSummary, reconcile};

@@ -117,11 +117,7 @@ impl<U> Member<U> {
     }
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+use sluice_meta::now_ms;
 
 /// Does this failure say the gateway (not the shared tier) is down?
 fn gateway_down(e: &UpstreamError) -> bool {

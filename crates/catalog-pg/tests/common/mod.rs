@@ -218,3 +218,17 @@ impl Harness for Pg {
         Catalog::new(Arc::new(self.engine()))
     }
 }
+
+/// A blob object of `size` bytes in one segment of `blob`, for the shared-catalog tests.
+pub fn obj(size: u64, blob: &str) -> sluice_meta::ObjectRecord {
+    sluice_meta::ObjectRecord {
+        size,
+        etag: "00".into(),
+        segments: vec![sluice_meta::Segment {
+            blob: blob.into(),
+            size,
+            checksums: None,
+        }],
+        ..sluice_meta::ObjectRecord::default()
+    }
+}

@@ -11,8 +11,6 @@
 //! Time is an input: the calls that decide take `now_ms` (milliseconds since the Unix epoch);
 //! reservations, which have no caller-supplied clock, read the system clock.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use super::{Account, Ledger, Reservation, Shared, lock, take_locked};
 use crate::Result;
 
@@ -37,11 +35,7 @@ pub enum EscrowGrant {
     },
 }
 
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(super) use crate::now_ms;
 
 /// What live grants hold; lapsed ones are dropped on the way.
 pub(super) fn live_total(a: &mut Account, now_ms: i64) -> u64 {

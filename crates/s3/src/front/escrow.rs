@@ -166,12 +166,7 @@ impl S3Route for EscrowRoute {
         _headers: &http::HeaderMap,
         _extensions: &mut http::Extensions,
     ) -> bool {
-        method == http::Method::POST
-            && uri.path() == "/"
-            && uri.query().is_some_and(|q| {
-                q.split('&')
-                    .any(|p| p.split('=').next() == Some(ESCROW_QUERY))
-            })
+        crate::is_extension(method, uri, &http::Method::POST, ESCROW_QUERY)
     }
 
     async fn check_access(&self, req: &mut S3Request<Body>) -> S3Result<()> {

@@ -25,11 +25,7 @@ struct GrantRecord {
     expires_ms: i64,
 }
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub(super) use crate::now_ms;
 
 impl RedbCatalog {
     /// [`crate::Engine::grant_escrow`].
