@@ -1,6 +1,8 @@
-//! GET bodies sent from the page cache (`sendfile`) over HTTP/1, and copied over HTTP/2: the
-//! same bytes either way, whole and in ranges that start and end inside grains and cross
-//! the parts of a multipart object.
+//! GET bodies over HTTP/1 and HTTP/2, whole and in ranges that start and end inside grains
+//! and cross the parts of a multipart object: the same bytes either way. Segments with
+//! checksums are read into buffers and verified on both (never by `sendfile`, which would
+//! send pages nobody checked); segments of records written before checksums existed are sent
+//! from the page cache (`sendfile`) over HTTP/1 and copied over HTTP/2.
 
 use std::sync::Arc;
 
@@ -55,7 +57,7 @@ fn pattern(len: usize, seed: u64) -> Bytes {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn http1_gets_are_sent_from_files_and_http2_gets_copied_byte_for_byte() {
+async fn verified_gets_are_buffered_and_unchecksummed_http1_gets_are_sent_from_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let text = CONFIG.replace("DATA", &dir.path().join("data").display().to_string());
     let config = Config::parse(&text, &dir.path().join("sluice.toml")).expect("config");
@@ -65,6 +67,7 @@ async fn http1_gets_are_sent_from_files_and_http2_gets_copied_byte_for_byte() {
         .catalog()
         .create_bucket("alice", "ckpt", 0)
         .expect("bucket");
+    let catalog = gateway.front().catalog().clone();
     let running = gateway.start().await.expect("start");
     let endpoint = format!("http://{}", running.addr);
     let h1 = client(&endpoint, false);
@@ -85,6 +88,29 @@ async fn http1_gets_are_sent_from_files_and_http2_gets_copied_byte_for_byte() {
         .await
         .expect("put small");
 
+    // The same objects as code before checksums recorded them: no checksums in their
+    // segments (the records share the blobs; nothing here deletes them).
+    for (from, to) in [
+        ("single", "single-unchecksummed"),
+        ("parted", "parted-unchecksummed"),
+    ] {
+        let mut rec = catalog
+            .get_object("alice", "ckpt", from)
+            .expect("get")
+            .expect("the object");
+        assert!(
+            rec.segments.iter().all(|s| s.checksums.is_some()),
+            "{from}: every segment written now has checksums"
+        );
+        for s in &mut rec.segments {
+            s.checksums = None;
+        }
+        let reservation = catalog.ledger().reserve("alice", rec.size).expect("room");
+        catalog
+            .put_object("alice", "ckpt", to, &rec, None, reservation)
+            .expect("put the unchecksummed record");
+    }
+
     let grain = 4 * 1024 * 1024;
     let cases: Vec<(&str, &Bytes, std::ops::Range<usize>)> = vec![
         ("single", &single, 0..single.len()),
@@ -94,6 +120,13 @@ async fn http1_gets_are_sent_from_files_and_http2_gets_copied_byte_for_byte() {
         // Across the first part boundary, inside the second part's second grain.
         ("parted", &parted, 5 * 1024 * 1024 - 11..9 * 1024 * 1024 + 1),
         ("small", &small, 0..small.len()),
+        ("single-unchecksummed", &single, 0..single.len()),
+        ("single-unchecksummed", &single, grain - 5..2 * grain + 9),
+        (
+            "parted-unchecksummed",
+            &parted,
+            5 * 1024 * 1024 - 11..9 * 1024 * 1024 + 1,
+        ),
     ];
     for (via, store, sends) in [("HTTP/1", &h1, true), ("HTTP/2", &h2, false)] {
         for (key, body, range) in &cases {
@@ -107,9 +140,10 @@ async fn http1_gets_are_sent_from_files_and_http2_gets_copied_byte_for_byte() {
                 got == body.slice(range.clone()),
                 "{via} GET {key} {range:?}: the bytes differ"
             );
-            // Blobs go by sendfile over HTTP/1 only (a placeholder the writer could not send
-            // would have broken the body); inline bodies are bytes from the catalog.
-            if sends && *key != "small" {
+            // Unchecksummed blobs go by sendfile over HTTP/1 only (a placeholder the writer
+            // could not send would have broken the body); verified blobs and inline bodies are
+            // bytes in buffers.
+            if sends && key.ends_with("-unchecksummed") {
                 assert_eq!(stood_in, range.len() as u64, "{via} GET {key} {range:?}");
             } else {
                 assert_eq!(stood_in, 0, "{via} GET {key} {range:?}");
