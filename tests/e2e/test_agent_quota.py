@@ -110,6 +110,7 @@ def test_a_killed_agents_escrow_returns_when_its_lease_lapses(tmp_path):
     try:
         node = agent.client(SMALL)
         node.create_bucket(Bucket="ckpt")
+        agent.wait_drained("small", timeout=60)  # the bucket reaches the gateway
         direct.put_object(Bucket="ckpt", Key="direct", Body=os.urandom(6 * MiB))
         # Two writes through the agent: the first asks for a chunk beyond its own bytes, part
         # of which the agent still holds unspent once both have drained.
