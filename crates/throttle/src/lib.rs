@@ -32,15 +32,28 @@
 //!
 //! A caller that stops waiting (client disconnected) drops its oneshot; the dispatcher sees
 //! the failed send and gives the tier time back.
+//!
+//! # Background classes
+//!
+//! [`Throttle::background`] makes a handle whose admissions, whatever tenant they name, go to
+//! a background class of the same dispatcher: work the tier does for itself (the gateway's
+//! scrubber). A background class is served only when the tier has room and dmClock has no
+//! tenant request it may dispatch, and never faster than its own rate (see `background` for
+//! the rules and their proof in virtual time). Under [`Policy::RateLimit`] there is no
+//! capacity model, so a background class is held to its rate alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use sluice_qos::{CostModel, Decision, QosError, Request, Scheduler, TenantId, TenantQos};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+
+mod background;
+
+use background::{ClassId, Classes, Pop, Waiting};
 
 /// How far ahead of now the dispatcher books the tier when nothing else is said: a couple of
 /// milliseconds of queued work keeps the backend busy across timer granularity without
@@ -92,6 +105,12 @@ pub enum ThrottleError {
     Qos(#[from] QosError),
     #[error("the throttle has stopped")]
     Stopped,
+    /// A background class's rate must be a positive number of bytes per second.
+    #[error("a background rate must be positive bytes per second, not {0}")]
+    Rate(f64),
+    /// [`Throttle::set_background_rate`] on a handle that is not a background class's.
+    #[error("not a background class's handle")]
+    NotBackground,
 }
 
 struct Slot {
@@ -109,15 +128,61 @@ enum Msg {
         specs: Vec<(Option<TenantId>, TenantQos)>,
         reply: oneshot::Sender<Result<Vec<TenantId>, QosError>>,
     },
+    /// Adds background class `id`, or changes its rate.
+    Class { id: ClassId, rate: Option<f64> },
+    /// The class's last handle is gone.
+    Unclass { id: ClassId },
+    AdmitBackground {
+        class: ClassId,
+        bytes: u64,
+        cost: u64,
+        grant: oneshot::Sender<()>,
+    },
+}
+
+/// The tenants' slots by name, swapped whole on reload.
+type SlotMap = Arc<HashMap<String, Arc<Slot>>>;
+
+/// Whose admissions a handle makes.
+enum Route {
+    Tenants,
+    Background(Arc<ClassHandle>),
+}
+
+/// A background class, removed from the dispatcher when its last handle goes.
+struct ClassHandle {
+    id: ClassId,
+    name: String,
+    tx: mpsc::UnboundedSender<Msg>,
+}
+
+impl Drop for ClassHandle {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Unclass { id: self.id });
+    }
 }
 
 /// The admission gate in front of the shared tier. Cheap to share (`Arc`).
 pub struct Throttle {
     tx: mpsc::UnboundedSender<Msg>,
-    tenants: RwLock<Arc<HashMap<String, Arc<Slot>>>>,
-    specs: RwLock<Vec<TenantSpec>>,
+    tenants: Arc<RwLock<SlotMap>>,
+    specs: Arc<RwLock<Vec<TenantSpec>>>,
     cost: CostModel,
     config: ThrottleConfig,
+    route: Route,
+    /// Background class ids, shared by every handle of one dispatcher.
+    classes: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Throttle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("Throttle");
+        d.field("config", &self.config);
+        if let Route::Background(class) = &self.route {
+            d.field("background", &class.name);
+        }
+        d.finish_non_exhaustive()
+    }
 }
 
 impl Throttle {
@@ -150,11 +215,59 @@ impl Throttle {
         tokio::spawn(dispatch(sched, rx, config, shared));
         Ok(Arc::new(Self {
             tx,
-            tenants: RwLock::new(Arc::new(map)),
-            specs: RwLock::new(tenants),
+            tenants: Arc::new(RwLock::new(Arc::new(map))),
+            specs: Arc::new(RwLock::new(tenants)),
             cost,
             config,
+            route: Route::Tenants,
+            classes: Arc::default(),
         }))
+    }
+
+    /// A handle on this throttle whose every admission, whatever tenant it names, goes to a
+    /// new background class `name`: served only from capacity the tenants leave unused and
+    /// at most `rate` bytes per second (`None`: no cap of its own). The class lives as long
+    /// as the handle (and its clones); tenants' parameters, [`Throttle::specs`] and
+    /// [`Throttle::update`] are the same through it.
+    pub fn background(&self, name: &str, rate: Option<f64>) -> Result<Arc<Self>, ThrottleError> {
+        check_rate(rate)?;
+        let id = self.classes.fetch_add(1, Ordering::Relaxed);
+        self.tx
+            .send(Msg::Class { id, rate })
+            .map_err(|_| ThrottleError::Stopped)?;
+        Ok(Arc::new(Self {
+            tx: self.tx.clone(),
+            tenants: Arc::clone(&self.tenants),
+            specs: Arc::clone(&self.specs),
+            cost: self.cost,
+            config: self.config,
+            route: Route::Background(Arc::new(ClassHandle {
+                id,
+                name: name.to_owned(),
+                tx: self.tx.clone(),
+            })),
+            classes: Arc::clone(&self.classes),
+        }))
+    }
+
+    /// Changes a background handle's rate, effective from its next grant (a faster one at
+    /// once). A tenants' handle has no rate: that is an error.
+    pub fn set_background_rate(&self, rate: Option<f64>) -> Result<(), ThrottleError> {
+        check_rate(rate)?;
+        let Route::Background(class) = &self.route else {
+            return Err(ThrottleError::NotBackground);
+        };
+        self.tx
+            .send(Msg::Class { id: class.id, rate })
+            .map_err(|_| ThrottleError::Stopped)
+    }
+
+    /// The background class's name, if this is a background handle.
+    pub fn background_name(&self) -> Option<&str> {
+        match &self.route {
+            Route::Background(class) => Some(&class.name),
+            Route::Tenants => None,
+        }
     }
 
     pub fn config(&self) -> ThrottleConfig {
@@ -180,6 +293,9 @@ impl Throttle {
     /// Admits a new request's operation (its per-op cost), or refuses at once if the
     /// tenant's queue is full. Returns how long it waited. Unknown tenants pass unthrottled.
     pub async fn admit_op(&self, tenant: &str) -> Result<Duration, Throttled> {
+        if let Route::Background(class) = &self.route {
+            return Ok(self.wait_background(class, 0, self.cost.per_op()).await);
+        }
         let Some(slot) = self.slot(tenant) else {
             return Ok(Duration::ZERO);
         };
@@ -203,6 +319,11 @@ impl Throttle {
     /// plus its bytes (`per_op + bytes`), as the backend spends both on it. Returns how long
     /// it waited.
     pub async fn admit_bytes(&self, tenant: &str, bytes: u64) -> Duration {
+        if let Route::Background(class) = &self.route {
+            return self
+                .wait_background(class, bytes, self.cost.cost(bytes))
+                .await;
+        }
         match self.slot(tenant) {
             Some(slot) if bytes > 0 => self.wait(&slot, self.cost.cost(bytes)).await,
             _ => Duration::ZERO,
@@ -221,6 +342,22 @@ impl Throttle {
             })
             .is_err()
         {
+            return Duration::ZERO;
+        }
+        let _ = granted.await;
+        started.elapsed()
+    }
+
+    async fn wait_background(&self, class: &ClassHandle, bytes: u64, cost: u64) -> Duration {
+        let started = Instant::now();
+        let (grant, granted) = oneshot::channel();
+        let msg = Msg::AdmitBackground {
+            class: class.id,
+            bytes,
+            cost,
+            grant,
+        };
+        if self.tx.send(msg).is_err() {
             return Duration::ZERO;
         }
         let _ = granted.await;
@@ -290,6 +427,14 @@ impl Throttle {
     }
 }
 
+/// A background rate is positive and finite when there is one.
+fn check_rate(rate: Option<f64>) -> Result<(), ThrottleError> {
+    match rate {
+        Some(r) if !(r.is_finite() && r > 0.0) => Err(ThrottleError::Rate(r)),
+        _ => Ok(()),
+    }
+}
+
 /// No floor, weight 1, no cap.
 fn plain_qos() -> TenantQos {
     TenantQos::new(0.0, 1.0, None).expect("reservation 0, weight 1 and no limit are valid")
@@ -314,7 +459,11 @@ async fn dispatch(
     let epoch = Instant::now();
     let paced = config.policy != Policy::RateLimit;
     let mut free_at = epoch;
-    let handle = |sched: &mut Scheduler<oneshot::Sender<()>>, msg: Msg, now: Instant| match msg {
+    let mut background: Classes<oneshot::Sender<()>> = Classes::default();
+    let handle = |sched: &mut Scheduler<oneshot::Sender<()>>,
+                  background: &mut Classes<oneshot::Sender<()>>,
+                  msg: Msg,
+                  now: Instant| match msg {
         Msg::Admit {
             tenant,
             cost,
@@ -340,23 +489,43 @@ async fn dispatch(
             }
             let _ = reply.send(result.map(|()| ids));
         }
+        Msg::Class { id, rate } => {
+            if !background.set_rate(id, rate, now - epoch) {
+                background.add(id, rate);
+            }
+        }
+        Msg::Unclass { id } => drop(background.remove(id)),
+        Msg::AdmitBackground {
+            class,
+            bytes,
+            cost,
+            grant,
+        } => {
+            // A class that is gone drops the grant: its caller is told at once.
+            let _ = background.enqueue(Waiting {
+                class,
+                bytes,
+                cost,
+                payload: grant,
+            });
+        }
     };
     loop {
         while let Ok(msg) = rx.try_recv() {
-            handle(&mut sched, msg, Instant::now());
+            handle(&mut sched, &mut background, msg, Instant::now());
         }
         let now = Instant::now();
         if paced && free_at > now + config.lookahead {
             tokio::select! {
                 () = tokio::time::sleep_until(free_at - config.lookahead) => {}
                 msg = rx.recv() => match msg {
-                    Some(m) => handle(&mut sched, m, Instant::now()),
+                    Some(m) => handle(&mut sched, &mut background, m, Instant::now()),
                     None => return,
                 },
             }
             continue;
         }
-        match sched.dequeue(now - epoch) {
+        let mut wake = match sched.dequeue(now - epoch) {
             Decision::Dispatch(d) => {
                 let service = Duration::from_secs_f64(d.cost as f64 / config.bandwidth);
                 if paced {
@@ -366,18 +535,41 @@ async fn dispatch(
                     // The caller gave up: the tier will not do this work.
                     free_at -= service;
                 }
+                continue;
             }
-            Decision::NextAt(at) => {
+            Decision::NextAt(at) => Some(at),
+            Decision::Empty => None,
+        };
+        // The tier has room and no tenant request may go now: the background's turn.
+        match background.pop(now - epoch) {
+            Pop::Grant(w) => {
+                let service = Duration::from_secs_f64(w.cost as f64 / config.bandwidth);
+                if paced {
+                    free_at = free_at.max(now) + service;
+                }
+                if w.payload.send(()).is_err() {
+                    background.refund(w.class, w.bytes);
+                    if paced {
+                        free_at -= service;
+                    }
+                }
+                continue;
+            }
+            Pop::NextAt(at) => wake = Some(wake.map_or(at, |w| w.min(at))),
+            Pop::Empty => {}
+        }
+        match wake {
+            Some(at) => {
                 tokio::select! {
                     () = tokio::time::sleep_until(epoch + at) => {}
                     msg = rx.recv() => match msg {
-                        Some(m) => handle(&mut sched, m, Instant::now()),
+                        Some(m) => handle(&mut sched, &mut background, m, Instant::now()),
                         None => return,
                     },
                 }
             }
-            Decision::Empty => match rx.recv().await {
-                Some(m) => handle(&mut sched, m, Instant::now()),
+            None => match rx.recv().await {
+                Some(m) => handle(&mut sched, &mut background, m, Instant::now()),
                 None => return,
             },
         }

@@ -270,3 +270,5 @@ async fn reload_swaps_parameters_and_refuses_overbooking() {
     assert!(after > 24.0 && after <= 32.0 * 1.1, "{after}");
     assert!(t.specs().iter().any(|s| s.name == "new"));
 }
+
+mod background;
