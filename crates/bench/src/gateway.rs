@@ -640,10 +640,10 @@ async fn start_postgres(bin: PathBuf, dir: PathBuf) -> Result<Postgres, BenchErr
     let handle = tokio::runtime::Handle::current();
     // The server's start and the catalogs' migrations block: off the runtime's workers.
     tokio::task::spawn_blocking(move || {
-        let server = crate::postgres::PgServer::start(&bin, &dir)?;
-        let url = server.database("sluice")?;
+        let server = crate::postgres::start(&bin, &dir)?;
+        let url = crate::postgres::database(&server, "sluice")?;
         crate::postgres::create_bucket(&url, handle.clone(), "bench", &["bench"])?;
-        let aggregate_url = server.database("aggregate")?;
+        let aggregate_url = crate::postgres::database(&server, "aggregate")?;
         crate::postgres::create_bucket(&aggregate_url, handle, "bench", &["bench"])?;
         Ok(Postgres {
             server,

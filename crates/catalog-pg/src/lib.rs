@@ -55,6 +55,8 @@
 extern crate self as sluice_catalog_pg;
 
 mod db;
+#[cfg(any(test, feature = "server"))]
+pub mod server;
 mod escrow;
 mod list;
 mod objects;

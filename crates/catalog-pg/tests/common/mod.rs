@@ -1,54 +1,19 @@
-//! A PostgreSQL server for one test: Debian's binaries (`initdb`, `postgres`; on `PATH` or
-//! under `/usr/lib/postgresql/*/bin`), a fresh cluster in a temporary directory, on a free
-//! loopback port, run as `nobody` when the tests run as root (initdb refuses root), stopped
-//! when dropped. Without the binaries the test is skipped with a message, except in CI (`CI`
-//! set), where that is a failure.
+//! A PostgreSQL server for one test (`sluice_catalog_pg::server`, in a temporary directory,
+//! as `nobody` when the tests run as root), and the harness the conformance suite runs on.
+//! Without the binaries the test is skipped with a message, except in CI (`CI` set), where
+//! that is a failure.
 
 #![allow(dead_code)]
 
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
+use sluice_catalog_pg::server::{self, INSTALL_HINT};
 use sluice_catalog_pg::{PgCatalog, PgOptions};
 use sluice_meta::Catalog;
 use sluice_meta::conformance::Harness;
 
-pub struct PgServer {
-    child: Child,
-    pub port: u16,
-    dir: tempfile::TempDir,
-}
-
-fn bin_dir() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("PATH") {
-        for d in std::env::split_paths(&path) {
-            if d.join("initdb").is_file() && d.join("postgres").is_file() {
-                return Some(d);
-            }
-        }
-    }
-    let mut found: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
-        .ok()?
-        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
-        .filter(|d| d.join("initdb").is_file())
-        .collect();
-    found.sort();
-    found.pop()
-}
-
-fn as_postgres_user(program: &Path, root: bool) -> Command {
-    if root {
-        let mut c = Command::new("setpriv");
-        c.args(["--reuid=nobody", "--regid=nogroup", "--clear-groups"])
-            .arg(program);
-        c
-    } else {
-        Command::new(program)
-    }
-}
+/// The shared server, with the tests' panicking helpers.
+pub struct PgServer(pub server::PgServer);
 
 impl PgServer {
     /// Starts a server, or `None` (with a message) where PostgreSQL is not installed.
@@ -59,125 +24,39 @@ impl PgServer {
 
     /// [`PgServer::start`], fsyncing its WAL when `fsync` (measurements of commits).
     pub fn start_with(fsync: bool) -> Option<Self> {
-        let Some(bin) = bin_dir() else {
-            let msg = "PostgreSQL is not installed (no initdb on PATH or under \
-                       /usr/lib/postgresql/*/bin): apt-get install postgresql";
-            assert!(std::env::var_os("CI").is_none(), "{msg}");
-            eprintln!("skipped: {msg}");
+        let Some(bin) = server::find_bin_dir() else {
+            assert!(std::env::var_os("CI").is_none(), "{INSTALL_HINT}");
+            eprintln!("skipped: {INSTALL_HINT}");
             return None;
         };
-        let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
-        let dir = tempfile::tempdir().expect("tempdir");
-        if root {
-            // nobody:nogroup on Debian.
-            std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).expect("chown");
-        }
-        let data = dir.path().join("data");
-        let out = as_postgres_user(&bin.join("initdb"), root)
-            .arg("-D")
-            .arg(&data)
-            .args(["-U", "sluice", "--auth=trust", "-E", "UTF8", "--no-sync"])
-            .output()
-            .expect("run initdb");
-        assert!(
-            out.status.success(),
-            "initdb failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let log = std::fs::File::create(dir.path().join("postgres.log")).expect("log");
-        let child = as_postgres_user(&bin.join("postgres"), root)
-            .arg("-D")
-            .arg(&data)
-            .args(["-p", &port.to_string(), "-k"])
-            .arg(dir.path())
-            .args([
-                "-c",
-                "listen_addresses=127.0.0.1",
-                "-c",
-                if fsync { "fsync=on" } else { "fsync=off" },
-                "-c",
-                "max_connections=200",
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("start postgres");
-        let server = Self { child, port, dir };
-        server.wait_ready();
-        Some(server)
-    }
-
-    fn wait_ready(&self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if self.try_sql("postgres", "SELECT 1").is_ok() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "postgres did not accept connections: {}",
-                std::fs::read_to_string(self.dir.path().join("postgres.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let s = server::PgServer::start(&bin, None, fsync).unwrap_or_else(|e| panic!("{e}"));
+        Some(Self(s))
     }
 
     pub fn url(&self, database: &str) -> String {
-        format!("postgres://sluice@127.0.0.1:{}/{database}", self.port)
+        self.0.url(database)
     }
 
     /// Runs `sql` in `database` on a connection of its own.
-    pub fn try_sql(&self, database: &str, sql: &str) -> Result<(), tokio_postgres::Error> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let (client, conn) =
-                tokio_postgres::connect(&self.url(database), tokio_postgres::NoTls).await?;
-            tokio::spawn(conn);
-            client.batch_execute(sql).await
-        })
+    pub fn try_sql(&self, database: &str, sql: &str) -> Result<(), server::ServerError> {
+        self.0.execute(database, sql)
     }
 
     /// The one BIGINT `sql` returns in `database`.
     pub fn query_i64(&self, database: &str, sql: &str) -> i64 {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("runtime");
-        rt.block_on(async {
-            let (client, conn) =
-                tokio_postgres::connect(&self.url(database), tokio_postgres::NoTls).await?;
-            tokio::spawn(conn);
-            client.query_one(sql, &[]).await.map(|r| r.get::<_, i64>(0))
-        })
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        self.0
+            .query_i64(database, sql)
+            .unwrap_or_else(|e| panic!("{e}"))
     }
 
     pub fn sql(&self, database: &str, sql: &str) {
         self.try_sql(database, sql)
-            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// A new empty database.
     pub fn database(&self, name: &str) -> String {
-        self.sql("postgres", &format!("CREATE DATABASE {name}"));
-        self.url(name)
-    }
-}
-
-impl Drop for PgServer {
-    fn drop(&mut self) {
-        // SIGINT: PostgreSQL's fast shutdown (ends sessions, then exits).
-        let _ = Command::new("kill")
-            .args(["-INT", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
+        self.0.database(name).unwrap_or_else(|e| panic!("{e}"))
     }
 }
 
