@@ -23,6 +23,7 @@ pub struct FileGateway {
     pub metrics_listen: Option<String>,
     pub max_object_size: Option<ByteSize>,
     pub capacity: Option<FileCapacity>,
+    pub scrub: Option<crate::scrub::FileScrub>,
     pub tls_cert: Option<String>,
     pub tls_key: Option<String>,
 }

@@ -10,6 +10,7 @@
 //! This crate owns no I/O beyond reading the file it is pointed at.
 
 mod catalog;
+mod scrub;
 mod file;
 mod validate;
 
@@ -17,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub use catalog::CatalogConfig;
+pub use scrub::ScrubConfig;
 pub use file::FileConfig;
 pub use validate::validate;
 
@@ -68,6 +70,8 @@ pub struct GatewayConfig {
     pub max_object_size: u64,
     /// `tls_cert` and `tls_key`: the S3 listener speaks TLS with this certificate.
     pub tls: Option<TlsFiles>,
+    /// `[gateway.scrub]`: the continuous scrub; `None`, off.
+    pub scrub: Option<ScrubConfig>,
 }
 
 /// A listener's certificate chain and private key, PEM files (`tls_cert`, `tls_key`); read

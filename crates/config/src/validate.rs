@@ -101,6 +101,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 max_object_size,
                 throttle: capacity,
                 tls,
+                scrub: crate::scrub::validate(g.scrub)?,
             })
         }
     };
