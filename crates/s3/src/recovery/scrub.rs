@@ -10,10 +10,16 @@
 //! blob is still found) and counted as unverified; inline objects live in the catalog and
 //! have no blob to read.
 //!
-//! Pacing: the bytes read so far never run ahead of `rate × elapsed`, measured from the
-//! scrub's start with tokio's clock, so the backend sees the scrub as a steady stream of
-//! grain-sized reads. It does not yet go through the throughput scheduler's admission (it
-//! runs in its own process, beside the gateway): a background class there is future work.
+//! Pacing: with [`ScrubOptions::admission`] (the gateway's continuous scrub), every grain is
+//! admitted through that throttle handle before it is read: a background class of the
+//! gateway's throughput scheduler, which serves it only from capacity the tenants leave
+//! unused and at most at its own rate (`sluice_throttle`'s background classes). Without one
+//! (`sluice scrub` in its own process), the bytes read so far never run ahead of
+//! `rate × elapsed`, measured from the scrub's start with tokio's clock, so the backend sees
+//! the scrub as a steady stream of grain-sized reads.
+//!
+//! Progress is reported as it happens to a [`ScrubObserver`] (bytes read, each finding), so a
+//! long pass is visible before it ends.
 //!
 //! Reading only: nothing in the catalog or the backend changes.
 
@@ -33,9 +39,30 @@ use crate::blob::{BlobStore, Pacer};
 pub struct ScrubOptions {
     /// Only this tenant's objects (all configured tenants when `None`).
     pub tenant: Option<String>,
-    /// Bytes per second at most (`None`: as fast as the backend serves them).
+    /// Bytes per second at most (`None`: as fast as the backend serves them). Ignored with
+    /// `admission`, which paces the scrub itself.
     pub rate: Option<u64>,
+    /// The throttle every read is admitted through (a background class's handle, see
+    /// `sluice_throttle::Throttle::background`); `None`: reads are paced by `rate` alone.
+    pub admission: Option<Arc<sluice_throttle::Throttle>>,
 }
+
+/// Told of a scrub's progress as it happens.
+pub trait ScrubObserver: Send + Sync {
+    /// `bytes` more were read and checked.
+    fn read(&self, bytes: u64) {
+        let _ = bytes;
+    }
+    /// A bad blob was found (it is also in the report).
+    fn found(&self, finding: &ScrubFinding) {
+        let _ = finding;
+    }
+}
+
+/// Observes nothing.
+struct Unobserved;
+
+impl ScrubObserver for Unobserved {}
 
 /// One bad blob, named by its object.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -106,6 +133,17 @@ pub async fn scrub(
     tenants: &BTreeSet<String>,
     opts: &ScrubOptions,
 ) -> Result<ScrubReport, ScrubError> {
+    scrub_observed(catalog, blobs, tenants, opts, &Unobserved).await
+}
+
+/// [`scrub`], telling `observer` of every byte read and every finding as it happens.
+pub async fn scrub_observed(
+    catalog: &Catalog,
+    blobs: &BlobStore,
+    tenants: &BTreeSet<String>,
+    opts: &ScrubOptions,
+    observer: &dyn ScrubObserver,
+) -> Result<ScrubReport, ScrubError> {
     let tenants: BTreeSet<String> = match &opts.tenant {
         Some(t) if !tenants.contains(t) => return Err(ScrubError::UnknownTenant(t.clone())),
         Some(t) => BTreeSet::from([t.clone()]),
@@ -123,7 +161,16 @@ pub async fn scrub(
             report.inline_objects += 1;
             continue;
         }
-        let pacer = Pacer::unthrottled(&tenant);
+        let pacer = Pacer {
+            throttle: opts.admission.clone(),
+            ..Pacer::unthrottled(&tenant)
+        };
+        // Admitted reads are paced by the throttle; only unadmitted ones by `rate`.
+        let rate = if opts.admission.is_some() {
+            None
+        } else {
+            opts.rate
+        };
         let label = Arc::new(ReadLabel {
             bucket: bucket.clone(),
             key: key.clone(),
@@ -140,7 +187,8 @@ pub async fn scrub(
                 match item {
                     Ok(bytes) => {
                         report.bytes += bytes.len() as u64;
-                        pace(started, report.bytes, opts.rate).await;
+                        observer.read(bytes.len() as u64);
+                        pace(started, report.bytes, rate).await;
                     }
                     Err(e) => {
                         failed = Some(e);
@@ -155,7 +203,7 @@ pub async fn scrub(
                     key.clone(),
                     seg.blob.clone(),
                 );
-                report.findings.push(match e {
+                let finding = match e {
                     object_store::Error::NotFound { .. } => ScrubFinding::Missing {
                         tenant,
                         bucket,
@@ -182,7 +230,9 @@ pub async fn scrub(
                         segment: index,
                         error: other.to_string(),
                     },
-                });
+                };
+                observer.found(&finding);
+                report.findings.push(finding);
             }
         }
     }

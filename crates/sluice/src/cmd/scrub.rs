@@ -2,8 +2,9 @@
 //! checksums recorded at write (see `sluice_s3::recovery::scrub` and `docs/integrity.md`).
 //!
 //! Opens the catalog and backend as `sluice catalog` does (the embedded catalog's file is
-//! locked by a running gateway: stop it first, or use a shared catalog); prints what it
-//! found by object and exits 1 when it found any corrupt, missing or unreadable blob.
+//! locked by a running gateway: stop it first, use a shared catalog, or let the gateway
+//! scrub continuously with `[gateway.scrub]`); prints what it found by object and exits 1
+//! when it found any corrupt, missing or unreadable blob.
 
 use std::path::PathBuf;
 
@@ -32,6 +33,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
             tenant: args.tenant.clone(),
             #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)] // a positive rate
             rate: args.rate.map(|r| r.bytes_per_sec().max(1.0) as u64),
+            ..ScrubOptions::default()
         };
         anyhow::Ok(scrub::scrub(&catalog, &blobs, &tenants, &opts).await?)
     })?;
