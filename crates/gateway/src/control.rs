@@ -13,7 +13,7 @@
 //! `tls_key` (a certificate that does not load refuses the whole reload; new connections get
 //! the new one). Listen addresses, the backend, the capacity and whether the listener speaks
 //! TLS at all are not reloadable (they need a restart) and a reload that changes them is
-//! refused.
+//! refused. `[gateway.scrub]` is reloadable as a whole (see `scrub`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -51,6 +51,8 @@ pub struct Control {
     pub(crate) applying: Arc<tokio::sync::Mutex<()>>,
     /// The S3 listener's certificate, when it speaks TLS (set once serving).
     pub(crate) tls: Option<ServerTls>,
+    /// The continuous scrub (`[gateway.scrub]`; see `scrub`).
+    pub(crate) scrub: Arc<crate::scrub::Scrub>,
 }
 
 /// Puts the configured tenants' capacity limits into the ledger: bytes, objects (with uploads
@@ -147,6 +149,7 @@ impl Control {
         }
         let mut text = self.metrics.render("sluice", &gauges);
         text.push_str(&sluice_serve::sendfile::render_metrics());
+        text.push_str(&self.scrub.render());
         text
     }
 
@@ -199,6 +202,7 @@ impl Control {
         if let (Some(tls), Some(staged)) = (&self.tls, staged) {
             tls.install(staged);
         }
+        self.scrub.configure(gateway_section(&new)?.scrub);
         set_tenant_limits(self.catalog.ledger(), &new);
         self.tenants.replace(keys);
         for t in &new.tenants {

@@ -13,13 +13,15 @@
 //! 3. reconcile with the backend: blobs that no catalog entry references are the remains of
 //!    writes interrupted by a crash and are deleted, as are the local filesystem's staged
 //!    uploads; referenced blobs that are missing are reported;
-//! 4. serve on the listeners bound in step 1.
+//! 4. serve on the listeners bound in step 1, and start the continuous scrub if
+//!    `[gateway.scrub]` is on (`scrub`: a background class of the throughput scheduler).
 //!
 //! Shutdown: on SIGINT/SIGTERM the listener closes, requests in flight are given a grace
 //! period, then the process exits. A kill -9 at any point is safe by the catalog's crash
 //! model (see `sluice-meta`): the next start reconciles.
 
 mod control;
+pub mod scrub;
 mod server;
 mod tenants;
 

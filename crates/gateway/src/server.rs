@@ -219,6 +219,7 @@ impl Gateway {
             config: Arc::new(std::sync::Mutex::new(config.clone())),
             applying: Arc::default(),
             tls: None,
+            scrub: crate::scrub::Scrub::new(g.scrub),
         };
         Ok(Self {
             front,
@@ -247,6 +248,7 @@ impl Gateway {
         } = listeners;
         let mut control = self.control;
         control.tls.clone_from(&tls);
+        let blobs = Arc::clone(self.front.blobs());
         let service = sluice_s3::gateway_service(self.front, &control.tenants);
         let (tx, rx) = watch::channel(false);
         let metrics_addr = metrics.map(|(l, a)| {
@@ -256,6 +258,12 @@ impl Gateway {
         if control.catalog.is_shared() {
             tokio::spawn(crate::tenants::refresh_loop(control.clone(), rx.clone()));
         }
+        tokio::spawn(crate::scrub::run(
+            control.clone(),
+            blobs,
+            crate::scrub::holder(addr, control.catalog.is_shared()),
+            rx.clone(),
+        ));
         let task = tokio::spawn(serve(listener, tls, service, HEADER_READ_TIMEOUT, rx));
         Running {
             addr,
