@@ -34,6 +34,7 @@ macro_rules! catalog_conformance {
             overwrites_between_inline_and_blob_objects_hand_back_only_real_blobs,
             an_inline_object_is_evicted_like_any_other,
             a_record_and_body_that_disagree_are_refused_and_change_nothing,
+            an_inline_bodys_checksums_are_kept_with_its_record,
             the_object_count_holds_objects_and_uploads_to_the_tenants_maximum,
             a_tenant_owns_at_most_its_maximum_of_buckets,
             create_only_puts_racing_for_one_key_have_exactly_one_winner,
@@ -408,6 +409,67 @@ pub fn a_record_and_body_that_disagree_are_refused_and_change_nothing(h: &dyn Ha
     }
     assert!(c.get_object("a", "bkt", "k").expect("get").is_none());
     assert_eq!(c.ledger().usage("a"), Some((0, 0, 1 << 30)));
+}
+
+/// Issue #30: an inline body's checksums live in its record, so every engine keeps them
+/// through a put, a read, a listing and a restore; ones that do not cover the body are
+/// refused before anything changes.
+pub fn an_inline_bodys_checksums_are_kept_with_its_record(h: &dyn Harness) {
+    let c = open(h);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    let sums = crate::SegmentChecksums {
+        algorithm: crate::ChunkAlgorithm::Crc64nvme,
+        chunk_size: 1 << 20,
+        values: vec![0xfeed_f00d_dead_beef],
+        client: Some(crate::ClientChecksum {
+            algorithm: "CRC32".into(),
+            value: "NhCmhg==".into(),
+        }),
+    };
+    let rec = ObjectRecord {
+        inline_checksums: Some(Box::new(sums.clone())),
+        ..inline_obj(b"hello")
+    };
+    let r = c.ledger().reserve("a", 5).expect("reserve");
+    c.put_object("a", "bkt", "k", &rec, Some(b"hello"), r)
+        .expect("put");
+    let (got, body) = c
+        .get_object_with_body("a", "bkt", "k")
+        .expect("get")
+        .expect("present");
+    assert_eq!(got.inline_checksums.as_deref(), Some(&sums));
+    assert_eq!(body.as_deref(), Some(&b"hello"[..]));
+    let q = ListQuery {
+        max: 10,
+        ..ListQuery::default()
+    };
+    let page = c.list_objects("a", "bkt", &q).expect("list");
+    assert!(matches!(
+        page.entries.first(),
+        Some(Entry::Object(_, listed)) if listed.inline_checksums.as_deref() == Some(&sums)
+    ));
+    assert!(
+        c.restore_object_with_body("a", "bkt", "restored", &got, Some(b"hello"))
+            .expect("restore")
+    );
+    let (restored, _) = c
+        .get_object_with_body("a", "bkt", "restored")
+        .expect("get")
+        .expect("present");
+    assert_eq!(restored.inline_checksums.as_deref(), Some(&sums));
+    let short = ObjectRecord {
+        inline_checksums: Some(Box::new(crate::SegmentChecksums {
+            values: vec![1, 2],
+            ..sums
+        })),
+        ..inline_obj(b"hello")
+    };
+    let r = c.ledger().reserve("a", 5).expect("reserve");
+    assert!(matches!(
+        c.put_object("a", "bkt", "bad", &short, Some(b"hello"), r),
+        Err(MetaError::Inconsistent(_))
+    ));
+    assert!(c.get_object("a", "bkt", "bad").expect("get").is_none());
 }
 
 pub fn the_object_count_holds_objects_and_uploads_to_the_tenants_maximum(h: &dyn Harness) {

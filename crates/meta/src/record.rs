@@ -17,6 +17,15 @@
 //! CRC-64/NVME and the client's checksum) as an optional field: a record written before they
 //! existed reads as one without (its bytes are served unverified, and counted, by the
 //! reader), and a record with them is plain JSON older code also reads, ignoring the field.
+//!
+//! An inline object's record carries its body's checksums the same way (`inline_checksums`:
+//! the CRC-64/NVME of the body, one chunk, and the client's checksum if it sent one), inside
+//! the envelope's record JSON, so every engine that stores the record keeps them (the
+//! embedded envelope, PostgreSQL's `record` column, the recovery record). Optional too: an
+//! envelope written before it existed reads unchanged, its body served unverified. A record
+//! whose inline checksums do not cover its body is refused at decode, never half-verified;
+//! the bytes themselves are checked by the reader (`sluice_s3::blob::integrity`), which
+//! counts and logs a mismatch where it serves the request.
 
 use std::collections::BTreeMap;
 
@@ -130,6 +139,13 @@ pub struct ObjectRecord {
     /// out beside the record (`Catalog::get_object_with_body`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub inline: bool,
+    /// The checksums of an inline body, taken as it arrived: its CRC-64/NVME (one chunk, as
+    /// a segment's) and the client's checksum when it sent one. `None` for a blob object,
+    /// and for inline records written before they existed (served unverified). Only an
+    /// inline record may carry them, and they must cover its `size` (see [`encode_object`]).
+    /// Boxed: most records have none, and listings hold records by the thousand.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_checksums: Option<Box<SegmentChecksums>>,
     /// Number of parts for a multipart object (for `x-amz-mp-parts-count`), else 0.
     #[serde(default)]
     pub parts: u32,
@@ -178,11 +194,21 @@ pub fn encode_object(rec: &ObjectRecord, body: Option<&[u8]>) -> Result<Vec<u8>>
         if rec.inline {
             return Err(MetaError::Inconsistent("an inline object without its body"));
         }
+        if rec.inline_checksums.is_some() {
+            return Err(MetaError::Inconsistent(
+                "inline checksums on an object whose body is in blobs",
+            ));
+        }
         return Ok(to_json(rec));
     };
     if !rec.inline || !rec.segments.is_empty() || rec.size != body.len() as u64 {
         return Err(MetaError::Inconsistent(
             "an inline body must come with an inline record of its size and no segments",
+        ));
+    }
+    if !inline_checksums_fit(rec) {
+        return Err(MetaError::Inconsistent(
+            "an inline body's checksums must cover its size",
         ));
     }
     let json = to_json(rec);
@@ -222,7 +248,17 @@ fn split_object(value: &[u8]) -> Result<(ObjectRecord, Option<&[u8]>)> {
     if !rec.inline || !rec.segments.is_empty() || rec.size != body.len() as u64 {
         return Err(corrupt("the inline body does not match its record"));
     }
+    if !inline_checksums_fit(&rec) {
+        return Err(corrupt("the inline body's checksums do not cover it"));
+    }
     Ok((rec, Some(body)))
+}
+
+/// Whether an inline record's checksums (if any) describe a body of its size.
+pub(crate) fn inline_checksums_fit(rec: &ObjectRecord) -> bool {
+    rec.inline_checksums
+        .as_ref()
+        .is_none_or(|sums| rec.inline && sums.fits(rec.size))
 }
 
 /// An object's record from its stored value, without copying an inline body.
@@ -348,5 +384,95 @@ mod tests {
         assert_eq!(decode_object(&value).expect("decode"), rec);
         let other = text.replace("crc64nvme", "md5");
         assert!(decode_object(other.as_bytes()).is_err());
+    }
+
+    fn crc_sums(values: Vec<u64>) -> SegmentChecksums {
+        SegmentChecksums {
+            algorithm: ChunkAlgorithm::Crc64nvme,
+            chunk_size: 1024 * 1024,
+            values,
+            client: None,
+        }
+    }
+
+    fn inline_rec(size: u64, sums: Option<SegmentChecksums>) -> ObjectRecord {
+        ObjectRecord {
+            size,
+            etag: "e".into(),
+            inline: true,
+            inline_checksums: sums.map(Box::new),
+            ..ObjectRecord::default()
+        }
+    }
+
+    #[test]
+    fn an_inline_envelope_written_before_inline_checksums_reads_unchanged() {
+        // The envelope as code before inline checksums wrote it: tag, length, JSON, body.
+        let json = br#"{"size":3,"etag":"e","last_modified_ms":1,"content_type":null,"segments":[],"inline":true,"parts":0}"#;
+        let mut value = vec![INLINE_TAG];
+        value.extend_from_slice(&u32::try_from(json.len()).expect("len").to_le_bytes());
+        value.extend_from_slice(json);
+        value.extend_from_slice(b"abc");
+        let (rec, body) = decode_object_with_body(&value).expect("an old envelope reads");
+        assert_eq!(body.as_deref(), Some(&b"abc"[..]));
+        assert!(rec.inline && rec.inline_checksums.is_none(), "{rec:?}");
+        // And a record without them is written exactly as before (no new field in the JSON).
+        let again = encode_object(&rec, Some(b"abc")).expect("encode");
+        assert!(!String::from_utf8_lossy(&again).contains("inline_checksums"));
+    }
+
+    #[test]
+    fn an_inline_bodys_checksums_round_trip_in_the_envelope_with_the_clients() {
+        let mut sums = crc_sums(vec![0x0123_4567_89ab_cdef]);
+        sums.client = Some(ClientChecksum {
+            algorithm: "CRC32".into(),
+            value: "NhCmhg==".into(),
+        });
+        let rec = inline_rec(5, Some(sums));
+        let value = encode_object(&rec, Some(b"hello")).expect("encode");
+        assert_eq!(value[0], INLINE_TAG);
+        let text = String::from_utf8_lossy(&value);
+        assert!(
+            text.contains(r#""inline_checksums":{"algorithm":"crc64nvme""#),
+            "{text}"
+        );
+        assert!(text.contains("0123456789abcdef"), "{text}");
+        let (back, body) = decode_object_with_body(&value).expect("decode");
+        assert_eq!((back, body.as_deref()), (rec, Some(&b"hello"[..])));
+        // An empty inline body has no chunk, so no value.
+        let empty = inline_rec(0, Some(crc_sums(Vec::new())));
+        let value = encode_object(&empty, Some(b"")).expect("encode empty");
+        assert_eq!(decode_object(&value).expect("decode empty"), empty);
+    }
+
+    #[test]
+    fn inline_checksums_that_do_not_cover_the_body_are_refused_both_ways() {
+        // Two values for a 5-byte body, or none: not a description of this body.
+        for values in [vec![1, 2], Vec::new()] {
+            let rec = inline_rec(5, Some(crc_sums(values)));
+            assert!(matches!(
+                encode_object(&rec, Some(b"hello")),
+                Err(MetaError::Inconsistent(_))
+            ));
+            // Written by other code (or damaged on disk): refused when read, not half-read.
+            let json = to_json(&rec);
+            let mut value = vec![INLINE_TAG];
+            value.extend_from_slice(&u32::try_from(json.len()).expect("len").to_le_bytes());
+            value.extend_from_slice(&json);
+            value.extend_from_slice(b"hello");
+            assert!(matches!(
+                decode_object_with_body(&value),
+                Err(MetaError::Corrupt(_))
+            ));
+        }
+        // Inline checksums on a blob object's record are a contradiction.
+        let blob = ObjectRecord {
+            inline_checksums: Some(Box::new(crc_sums(vec![1]))),
+            ..ObjectRecord::default()
+        };
+        assert!(matches!(
+            encode_object(&blob, None),
+            Err(MetaError::Inconsistent(_))
+        ));
     }
 }

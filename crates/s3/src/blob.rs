@@ -162,8 +162,8 @@ pub struct Written {
     /// The body itself when it was within the inline limit: nothing was written to the
     /// backend. `None`: the body is in the blob the write was given.
     pub inline: Option<Bytes>,
-    /// The blob's per-chunk checksums, computed on the way in (`None` for an inline body,
-    /// and for a server-side copy of a blob that had none).
+    /// The body's per-chunk checksums, computed on the way in, of a blob or an inline body
+    /// alike (`None` only for a server-side copy of a blob that had none).
     pub checksums: Option<SegmentChecksums>,
 }
 
@@ -784,6 +784,13 @@ fn read_file_range(
 ) -> std::io::Result<Bytes> {
     use std::io::{Read, Seek, SeekFrom};
     let len = range.end - range.start;
+    // All of the range is about to be read: have the kernel fetch it at once. The file was
+    // opened for this grain, so its read-ahead would otherwise start small and ramp up again
+    // inside every grain, a few hundred KiB in flight where a sequential reader of the same
+    // file has its whole window. Advice only: an error changes nothing but the speed.
+    if let Some(n) = std::num::NonZeroU64::new(len) {
+        let _ = rustix::fs::fadvise(file, range.start, Some(n), rustix::fs::Advice::WillNeed);
+    }
     let mut lent = buffers.take(usize::try_from(len).map_err(std::io::Error::other)?);
     let buf = &mut lent.buf;
     let mut file = file;
@@ -915,7 +922,7 @@ where
     Ok(Written {
         size,
         md5: md5.finish().await,
-        checksums: inline.is_none().then_some(checksums),
+        checksums: Some(checksums),
         inline,
     })
 }

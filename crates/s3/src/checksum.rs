@@ -12,9 +12,12 @@
 //! GET or HEAD with `x-amz-checksum-mode: ENABLED` returns the object's ([`of_object`]): the
 //! client's algorithm for a PutObject, S3's composite (`-N`) of the parts' for a multipart
 //! upload in CRC32, CRC32C, SHA-1 or SHA-256, and otherwise (CRC-64/NVME multipart, no
-//! checksum sent, an inline object) the full-object CRC-64/NVME combined from the chunk
-//! checksums every blob gets at write (`blob::integrity`). Clients that validate downloads
-//! (boto3, the AWS CLI) then check what they read.
+//! checksum sent) the full-object CRC-64/NVME combined from the chunk checksums every blob
+//! and inline body gets at write (`blob::integrity`). An inline object keeps its client's
+//! checksum in its record's `inline_checksums`; one written before they existed answers the
+//! CRC-64/NVME of its bytes. Clients that validate downloads (boto3, the AWS CLI) then check
+//! what they read. A PutObject without a client checksum answers the body's CRC-64/NVME
+//! ([`crc64nvme_of`]), as S3 does since 2024.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -306,30 +309,24 @@ impl Kind {
 /// object's composite of its parts' as S3 forms it — `-N` for CRC32, CRC32C, SHA-1 and
 /// SHA-256, full-object for CRC-64/NVME), else the CRC-64/NVME of the whole body, combined
 /// from the segments' chunk checksums without reading the body. `inline` is the body of an
-/// object kept in the catalog (which keeps no client checksum: its CRC-64/NVME is taken
-/// from the bytes). `None` for an object written before checksums were stored.
+/// object kept in the catalog, already verified: its client's checksum if its record keeps
+/// one, else its CRC-64/NVME taken from the bytes. `None` for a blob object written before
+/// checksums were stored.
 pub fn of_object(rec: &sluice_meta::ObjectRecord, inline: Option<&[u8]>) -> Option<(Digest, Kind)> {
     if let Some(body) = inline {
-        return Some((Digest::of(Algorithm::Crc64Nvme, body), Kind::FullObject));
+        let client = rec
+            .inline_checksums
+            .as_deref()
+            .and_then(client_digest)
+            .unwrap_or_else(|| Digest::of(Algorithm::Crc64Nvme, body));
+        return Some((client, Kind::FullObject));
     }
     let sums: Vec<&sluice_meta::SegmentChecksums> = rec
         .segments
         .iter()
         .map(|s| s.checksums.as_ref())
         .collect::<Option<_>>()?;
-    let clients: Option<Vec<Digest>> = sums
-        .iter()
-        .map(|s| {
-            let c = s.client.as_ref()?;
-            let algorithm = Algorithm::ALL
-                .into_iter()
-                .find(|a| a.name() == c.algorithm)?;
-            Some(Digest {
-                algorithm,
-                value: c.value.clone(),
-            })
-        })
-        .collect();
+    let clients: Option<Vec<Digest>> = sums.iter().copied().map(client_digest).collect();
     let one_algorithm = clients.filter(|c| {
         c.first()
             .is_some_and(|f| c.iter().all(|d| d.algorithm == f.algorithm))
@@ -367,6 +364,29 @@ pub fn of_object(rec: &sluice_meta::ObjectRecord, inline: Option<&[u8]>) -> Opti
             Some((crc64(&mut values), Kind::FullObject))
         }
     }
+}
+
+/// The client's checksum kept with a blob or an inline body, if it sent one this code knows.
+fn client_digest(sums: &sluice_meta::SegmentChecksums) -> Option<Digest> {
+    let c = sums.client.as_ref()?;
+    let algorithm = Algorithm::ALL
+        .into_iter()
+        .find(|a| a.name() == c.algorithm)?;
+    Some(Digest {
+        algorithm,
+        value: c.value.clone(),
+    })
+}
+
+/// The CRC-64/NVME of a body just written, combined from the chunk checksums taken on the
+/// way in (what a PutObject without a client checksum answers, as S3 does).
+pub fn crc64nvme_of(written: &crate::blob::Written) -> Option<Digest> {
+    let sums = written.checksums.as_ref()?;
+    let whole = crate::blob::integrity::whole(sums, written.size);
+    Some(Digest {
+        algorithm: Algorithm::Crc64Nvme,
+        value: base64::engine::general_purpose::STANDARD.encode(whole.crc.to_be_bytes()),
+    })
 }
 
 /// The response field for `algorithm`: the verified digest when it is of that algorithm.

@@ -365,6 +365,13 @@ impl S3 for Front {
         op!(self, req, "HeadObject", head_object_op)
     }
 
+    async fn get_object_attributes(
+        &self,
+        req: S3Request<dto::GetObjectAttributesInput>,
+    ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
+        op!(self, req, "GetObjectAttributes", get_object_attributes_op)
+    }
+
     async fn delete_object(
         &self,
         req: S3Request<dto::DeleteObjectInput>,

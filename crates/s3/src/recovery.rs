@@ -162,6 +162,11 @@ pub struct ObjectRecovery {
     /// The body (base64) of an object the catalog keeps inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inline: Option<String>,
+    /// The inline body's checksums as its catalog record keeps them (its CRC-64/NVME and the
+    /// client's checksum); absent for blob objects and for inline objects written before
+    /// they existed. A record whose checksums do not cover its inline body is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inline_checksums: Option<SegmentChecksums>,
 }
 
 /// Why a record could not be read.
@@ -209,6 +214,7 @@ impl ObjectRecovery {
                 })
                 .collect(),
             inline: inline.map(|b| base64::engine::general_purpose::STANDARD.encode(b)),
+            inline_checksums: rec.inline_checksums.as_deref().cloned(),
         }
     }
 
@@ -242,6 +248,13 @@ impl ObjectRecovery {
                 "a segment's checksums do not cover its size",
             ));
         }
+        if let Some(sums) = &r.inline_checksums
+            && (body.is_none() || !sums.fits(r.size))
+        {
+            return Err(RecordError::Inconsistent(
+                "the inline checksums do not cover an inline body",
+            ));
+        }
         Ok(r)
     }
 
@@ -273,6 +286,7 @@ impl ObjectRecovery {
                 })
                 .collect(),
             inline: self.inline.is_some(),
+            inline_checksums: self.inline_checksums.clone().map(Box::new),
             parts: self.parts,
             version: self.version,
         }

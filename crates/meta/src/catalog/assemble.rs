@@ -65,6 +65,7 @@ pub fn assemble_upload(
         metadata: upload.metadata.clone(),
         segments,
         inline: false,
+        inline_checksums: None,
         parts: u32::try_from(parts.len()).unwrap_or(u32::MAX),
         version: 0,
     })

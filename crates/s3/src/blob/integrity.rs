@@ -134,6 +134,41 @@ impl Verify {
     }
 }
 
+/// The name a failure of an inline body gives in place of a blob (it has none: its bytes
+/// are in the catalog, with its record).
+pub const INLINE: &str = "(inline body)";
+
+/// The checksums of a whole body held in memory (an inline object's, taken as it arrived;
+/// [`ChunkHasher`] over the one piece).
+pub fn of_body(body: &[u8]) -> SegmentChecksums {
+    let mut h = ChunkHasher::default();
+    h.update(body);
+    h.finish()
+}
+
+/// Checks an inline object's body against the checksums its record keeps. `None`: a record
+/// written before inline checksums existed, whose body cannot be verified (the caller counts
+/// it unverified). Checksums that do not describe a body of this length fail like a wrong
+/// CRC, never half-verified.
+pub fn check_inline(sums: Option<&SegmentChecksums>, body: &[u8]) -> Option<Result<(), Corrupt>> {
+    let sums = sums?;
+    let verify = Verify {
+        sums: Arc::new(sums.clone()),
+        segment: 0,
+        blob: Arc::from(INLINE),
+    };
+    if !sums.fits(body.len() as u64) {
+        return Some(Err(Corrupt {
+            blob: INLINE.to_owned(),
+            segment: 0,
+            chunk: sums.values.len() as u64,
+            expected: 0,
+            actual: 0,
+        }));
+    }
+    Some(verify.check(0, body))
+}
+
 /// Counts and logs a checksum failure of `tenant`'s object, and turns it into the read's
 /// error (which fails the request: a 5xx before the status line, a broken connection after).
 pub fn report(
@@ -222,6 +257,34 @@ mod tests {
             &ReadLabel::default(),
             e
         )));
+    }
+
+    #[test]
+    fn an_inline_body_is_checked_whole_and_an_old_one_is_unverifiable() {
+        let body = pattern(16 * 1024);
+        let sums = of_body(&body);
+        assert_eq!(sums.values.len(), 1);
+        assert!(matches!(check_inline(Some(&sums), &body), Some(Ok(()))));
+        let mut bad = body.clone();
+        bad[9_000] ^= 1;
+        let e = check_inline(Some(&sums), &bad)
+            .expect("checked")
+            .expect_err("a flipped byte");
+        assert_eq!((e.blob.as_str(), e.chunk), (INLINE, 0));
+        // A body of another length than the checksums describe is refused, not waved through.
+        assert!(matches!(
+            check_inline(Some(&sums), &body[..10]),
+            Some(Err(_))
+        ));
+        assert!(matches!(
+            check_inline(Some(&of_body(b"")), b""),
+            Some(Ok(()))
+        ));
+        assert!(matches!(
+            check_inline(Some(&of_body(b"")), b"x"),
+            Some(Err(_))
+        ));
+        assert!(check_inline(None, &body).is_none());
     }
 
     #[test]

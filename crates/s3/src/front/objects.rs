@@ -1,21 +1,20 @@
-//! Object operations: put, get, head, delete, copy. With a tier behind the front, a GET, HEAD
-//! or CopyObject whose object is not here reads it from the tier.
+//! Object operations: put, get, head, delete, copy (`copy`), GetObjectAttributes
+//! (`attributes`). With a tier behind the front, a GET, HEAD or CopyObject whose object is not
+//! here reads it from the tier. An inline body is checked against its record's checksums
+//! before any read uses it (`verify_inline`).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::{Arc, PoisonError};
+use std::sync::Arc;
 
 use base64::Engine;
 use bytes::Bytes;
-use futures::TryStreamExt as _;
-use md5::{Digest as _, Md5};
 use s3s::dto::{self, StreamingBlob};
 use s3s::stream::ByteStream;
 use sluice_meta::{ObjectRecord, Precondition, Segment};
 
-use super::tier::TierRead;
 use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
-use crate::blob::integrity::ReadLabel;
+use crate::blob::integrity::{self, ReadLabel};
 use crate::blob::{self, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
 use crate::error::{ApiError, ApiResult};
@@ -45,6 +44,9 @@ macro_rules! representation {
     };
 }
 pub(super) use representation;
+
+mod attributes;
+mod copy;
 
 /// Representation headers stored with an object, by lower-case name.
 #[derive(Default)]
@@ -385,7 +387,13 @@ impl Front {
                 cond,
             )
             .await?;
-        let digest = received.checksum.as_ref();
+        // The client's verified checksum, or (as S3 does since 2024 when a client sends none)
+        // the body's CRC-64/NVME, combined from the chunk checksums taken on the way in.
+        let digest = received
+            .checksum
+            .clone()
+            .or_else(|| checksum::crc64nvme_of(&received.written));
+        let digest = digest.as_ref();
         Ok(dto::PutObjectOutput {
             e_tag: Some(etag(&rec.etag)),
             size: i64::try_from(rec.size).ok(),
@@ -424,14 +432,44 @@ impl Front {
             .meta(move |c| c.get_object_with_body(&t, &b, &k))
             .await?
             .ok_or(ApiError::NoSuchKey)?;
+        let label = Arc::new(ReadLabel {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        });
+        if let Some(body) = &inline {
+            self.verify_inline(tenant, &label, &rec, body)?;
+        }
         Ok(Source {
             rec,
             inline: inline.map(Bytes::from),
-            label: Arc::new(ReadLabel {
-                bucket: bucket.to_owned(),
-                key: key.to_owned(),
-            }),
+            label,
         })
+    }
+
+    /// Checks an inline body against its record's checksums before any of it is used (a
+    /// GET's body, a HEAD's checksum, a copy's source): a mismatch is counted, logged with
+    /// the object and refused as a blob's would be (500, nothing sent); a record written
+    /// before inline checksums existed is served unverified, and counted.
+    fn verify_inline(
+        &self,
+        tenant: &str,
+        label: &ReadLabel,
+        rec: &ObjectRecord,
+        body: &[u8],
+    ) -> ApiResult<()> {
+        let metrics = self.metrics().tenant(tenant);
+        match integrity::check_inline(rec.inline_checksums.as_deref(), body) {
+            Some(Ok(())) => Ok(()),
+            Some(Err(corrupt)) => Err(ApiError::Backend(integrity::report(
+                &metrics, tenant, label, corrupt,
+            ))),
+            None => {
+                metrics
+                    .unverified_reads
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
+        }
     }
 
     /// The bytes `range` of an object, from its inline body or its blobs, admitted through
@@ -671,233 +709,6 @@ impl Front {
             ..Default::default()
         })
     }
-
-    /// Resolves a copy source in the caller's own namespace (here only): its object.
-    pub(super) async fn copy_source(
-        &self,
-        tenant: &str,
-        source: &dto::CopySource,
-    ) -> ApiResult<Source> {
-        let (bucket, key) = copy_source_name(source)?;
-        self.object_with_body(tenant, bucket, key).await
-    }
-
-    /// Copies `range` of `src` into a new blob, server-side when it is one whole blob.
-    pub(super) async fn copy_bytes(
-        &self,
-        tenant: &str,
-        bucket: &str,
-        source: &Source,
-        range: Range<u64>,
-    ) -> ApiResult<(String, Written, sluice_meta::Reservation)> {
-        let src = &source.rec;
-        let len = range.end - range.start;
-        let whole_single =
-            src.segments.len() == 1 && range.start == 0 && len == src.size && src.parts == 0;
-        // On the local filesystem a copy reads the source through its checksums (a corrupt
-        // source fails the copy instead of spreading); other backends copy server-side,
-        // checking their own bytes, and the copy keeps the source's checksums.
-        if whole_single
-            && !self.blobs().has_local_files()
-            && let Some(md5) = hex16(&src.etag)
-        {
-            let mut reservation = self.catalog().ledger().reserve(tenant, len)?;
-            self.admit_write(tenant, len, &mut reservation).await?;
-            let blob = self.blobs().blob_name(bucket);
-            // The tier moves the bytes even when it copies them itself.
-            self.pacer(tenant).admit_copy(len).await;
-            self.blobs()
-                .copy(tenant, &src.segments[0].blob, &blob)
-                .await?;
-            let written = Written {
-                size: len,
-                md5,
-                inline: None,
-                checksums: src.segments[0].checksums.clone(),
-            };
-            return Ok((blob, written, reservation));
-        }
-        // A source that fails to read (a checksum that does not match, a blob gone) fails
-        // the copy with its own error, not as a client's broken body.
-        let failed = Arc::new(std::sync::Mutex::new(None));
-        let seen = Arc::clone(&failed);
-        let body = self
-            .read_object(tenant, source, range, None)
-            .map_err(move |e| {
-                let text = e.to_string();
-                *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
-                text
-            });
-        let stored = self
-            .store_body(tenant, bucket, body, Some(len), u64::MAX, None, None)
-            .await;
-        let (stored, written, reservation) = match stored {
-            Ok(stored) => stored,
-            Err(e) => {
-                let source = failed.lock().unwrap_or_else(PoisonError::into_inner).take();
-                return Err(source.map_or(e, ApiError::Backend));
-            }
-        };
-        Ok((stored.into_blob()?, written, reservation))
-    }
-
-    /// Copies an inline object's body into a new inline record's: the space reserved first
-    /// and the bytes admitted as a server-side copy of them would be.
-    async fn copy_inline(
-        &self,
-        tenant: &str,
-        body: &Bytes,
-    ) -> ApiResult<(Stored, Written, sluice_meta::Reservation)> {
-        let len = body.len() as u64;
-        let mut reservation = self.catalog().ledger().reserve(tenant, len)?;
-        self.admit_write(tenant, len, &mut reservation).await?;
-        self.pacer(tenant).admit_copy(len).await;
-        let written = Written {
-            size: len,
-            md5: Md5::digest(body).into(),
-            inline: None,
-            checksums: None,
-        };
-        Ok((Stored::Inline(body.clone()), written, reservation))
-    }
-
-    /// An unconditional CopyObject.
-    #[cfg(test)]
-    pub(super) async fn copy_object_op(
-        &self,
-        tenant: &str,
-        input: dto::CopyObjectInput,
-    ) -> ApiResult<dto::CopyObjectOutput> {
-        self.copy_object_if_op(tenant, input, Ok(Precondition::None))
-            .await
-    }
-
-    /// CopyObject; `cond` is the destination's `If-Match`/`If-None-Match` (s3s's input has
-    /// no field for them, so they are read from the headers): decided at the commit, as a
-    /// PutObject's.
-    pub(super) async fn copy_object_if_op(
-        &self,
-        tenant: &str,
-        mut input: dto::CopyObjectInput,
-        cond: ApiResult<Precondition>,
-    ) -> ApiResult<dto::CopyObjectOutput> {
-        let cond = cond?;
-        let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
-        let src = match self.object_with_body(tenant, src_bucket, src_key).await {
-            Ok(src) => Copied::Here(src),
-            Err(e) => match self.tier_after(&e) {
-                Some(tier) => Copied::Tier(tier.get(tenant, src_bucket, src_key, None).await?),
-                None => return Err(e),
-            },
-        };
-        self.require_bucket(tenant, &input.bucket).await?;
-        let replace = input
-            .metadata_directive
-            .as_ref()
-            .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
-        if src_bucket == input.bucket && src_key == input.key && !replace {
-            return Err(ApiError::InvalidRequest(
-                "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata".into(),
-            ));
-        }
-        let src_rec = match &src {
-            Copied::Here(s) => &s.rec,
-            Copied::Tier(t) => &t.record,
-        };
-        // The source's conditions: any that fails is a 412 (a copy has nothing to answer 304).
-        ReadConditions {
-            if_match: input.copy_source_if_match.take(),
-            if_none_match: input.copy_source_if_none_match.take(),
-            if_modified_since: input.copy_source_if_modified_since.take(),
-            if_unmodified_since: input.copy_source_if_unmodified_since.take(),
-        }
-        .check(src_rec)
-        .map_err(|e| match e {
-            ApiError::NotModified { .. } => ApiError::PreconditionFailed,
-            e => e,
-        })?;
-        let repr = if replace {
-            representation!(input)?
-        } else {
-            Representation {
-                content_type: src_rec.content_type.clone(),
-                headers: src_rec.headers.clone(),
-                metadata: src_rec.metadata.clone(),
-            }
-        };
-        // A copy keeps its source's kind of storage: an inline object's copy stays inline. One
-        // from the tier is stored as a PUT of its bytes would be.
-        let (stored, written, reservation) = match src {
-            Copied::Here(Source {
-                inline: Some(body), ..
-            }) => self.copy_inline(tenant, &body).await?,
-            Copied::Here(src) => {
-                let (blob, written, reservation) = self
-                    .copy_bytes(tenant, &input.bucket, &src, 0..src.rec.size)
-                    .await?;
-                (Stored::Blob(blob), written, reservation)
-            }
-            Copied::Tier(read) => {
-                let len = read.range.end - read.range.start;
-                self.store_body(
-                    tenant,
-                    &input.bucket,
-                    read.body,
-                    Some(len),
-                    self.config().max_object_size,
-                    Some(INLINE_MAX),
-                    None,
-                )
-                .await?
-            }
-        };
-        let (rec, inline) = new_object(stored, &written, repr);
-        let rec = self
-            .commit_object(
-                tenant,
-                &input.bucket,
-                &input.key,
-                rec,
-                inline,
-                reservation,
-                cond,
-            )
-            .await?;
-        Ok(dto::CopyObjectOutput {
-            copy_object_result: Some(dto::CopyObjectResult {
-                e_tag: Some(etag(&rec.etag)),
-                last_modified: Some(timestamp(rec.last_modified_ms)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
-    }
-}
-
-/// The source of a CopyObject: here, or read from the tier behind.
-enum Copied {
-    Here(Source),
-    Tier(TierRead),
-}
-
-/// The bucket and key of a copy source, checked as names in the caller's namespace.
-fn copy_source_name(source: &dto::CopySource) -> ApiResult<(&str, &str)> {
-    let dto::CopySource::Bucket {
-        bucket,
-        key,
-        version_id,
-    } = source
-    else {
-        return Err(ApiError::NotImplemented("access-point copy sources"));
-    };
-    name::check_bucket(bucket)?;
-    name::check_key(key)?;
-    if version_id.as_deref().is_some_and(|v| v != "null") {
-        return Err(ApiError::InvalidArgument(
-            "versioning is not enabled".into(),
-        ));
-    }
-    Ok((bucket, key))
 }
 
 /// The record of an object whose body was just stored, with its body if that is inline.
@@ -917,6 +728,7 @@ fn new_object(
         ),
         Stored::Inline(body) => (Vec::new(), Some(body)),
     };
+    let inline_checksums = inline.as_ref().and(written.checksums.clone()).map(Box::new);
     let rec = ObjectRecord {
         size: written.size,
         etag: written.etag(),
@@ -926,6 +738,7 @@ fn new_object(
         metadata: repr.metadata,
         segments,
         inline: inline.is_some(),
+        inline_checksums,
         parts: 0,
         version: 0,
     };
@@ -950,14 +763,5 @@ fn content_range(range: &Range<u64>, size: u64) -> String {
     )
 }
 
-/// Parses a 32-hex-digit MD5 ETag.
-fn hex16(s: &str) -> Option<[u8; 16]> {
-    if s.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, b) in out.iter_mut().enumerate() {
-        *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
-    }
-    Some(out)
-}
+#[cfg(test)]
+mod tests;

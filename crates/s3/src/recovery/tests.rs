@@ -32,6 +32,7 @@ fn blob_object() -> ObjectRecord {
             },
         ],
         inline: false,
+        inline_checksums: None,
         parts: 2,
         version: 1_700_000_000_000_123,
     }
@@ -147,4 +148,49 @@ fn segment_checksums_are_kept_in_the_documented_form_and_checked_against_the_siz
         ObjectRecovery::from_json(&bytes),
         Err(RecordError::Json(_))
     ));
+}
+
+#[test]
+fn an_inline_bodys_checksums_are_kept_in_its_record_and_checked_against_the_body() {
+    let body = b"hello inline".to_vec();
+    let mut sums = crate::blob::integrity::of_body(&body);
+    sums.client = Some(sluice_meta::ClientChecksum {
+        algorithm: "CRC32".into(),
+        value: "AAAAAA==".into(),
+    });
+    let rec = ObjectRecord {
+        size: body.len() as u64,
+        inline: true,
+        inline_checksums: Some(Box::new(sums)),
+        segments: Vec::new(),
+        parts: 0,
+        ..blob_object()
+    };
+    let r = ObjectRecovery::new("t", "b", "k", &rec, Some(&body));
+    let json = r.to_json();
+    let back = ObjectRecovery::from_json(&json).expect("parse");
+    // A rebuild gets the record back with its checksums, so the body stays verified.
+    assert_eq!(back.to_object(), rec);
+    let value: serde_json::Value = serde_json::from_slice(&json).expect("json");
+    assert_eq!(value["inline_checksums"]["algorithm"], "crc64nvme");
+    assert_eq!(value["inline_checksums"]["client"]["algorithm"], "CRC32");
+    // A record from before inline checksums existed reads as one without them.
+    let mut old = value.clone();
+    old.as_object_mut()
+        .expect("object")
+        .remove("inline_checksums");
+    let old = ObjectRecovery::from_json(&serde_json::to_vec(&old).expect("json")).expect("old");
+    assert_eq!(old.to_object().inline_checksums, None);
+    // Checksums that do not cover the body, or with no inline body at all, are refused.
+    let mut two = value.clone();
+    two["inline_checksums"]["values"] = serde_json::json!(["0000000000000001", "0000000000000002"]);
+    let mut blob = value;
+    blob.as_object_mut().expect("object").remove("inline");
+    blob["segments"] = serde_json::json!([{"blob": "b/aa/x", "size": body.len()}]);
+    for bad in [two, blob] {
+        assert!(matches!(
+            ObjectRecovery::from_json(&serde_json::to_vec(&bad).expect("json")),
+            Err(RecordError::Inconsistent(_))
+        ));
+    }
 }
