@@ -12,12 +12,19 @@
 //! - with upstream's failures as the front's domain errors, by the HTTP status upstream
 //!   answered with ([`tier_error`]), never by their text;
 //! - with why the drain is not emptying a tenant's buffer (its last failure), for the front's
-//!   quota refusal.
+//!   quota refusal;
+//! - with upstream's bodies held to the length its answer declared ([`exactly`]): the gateway
+//!   verifies every chunk it sends and breaks its connection on a corrupt one (issue #30), and
+//!   a body that ends early or runs long is an error here, so the front breaks its client's
+//!   connection too and never ends a 200 cleanly with short or wrong bytes.
 
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Arc;
 
+use bytes::Bytes;
+use futures::StreamExt as _;
+use futures::stream::BoxStream;
 use object_store::{Attribute, Attributes, GetOptions, GetRange, ObjectMeta};
 use s3s::dto;
 use sluice_meta::{MetaError, ObjectRecord};
@@ -137,6 +144,37 @@ fn buckets_seen(
         .collect()
 }
 
+/// `body`, failing unless it holds exactly `len` bytes: an error in place of its end when it
+/// ends short, and in place of the chunk that takes it past `len` (see the module doc).
+fn exactly(
+    body: BoxStream<'static, object_store::Result<Bytes>>,
+    len: u64,
+) -> BoxStream<'static, object_store::Result<Bytes>> {
+    let wrong = move |seen: u64, what: &str| object_store::Error::Generic {
+        store: "sluice",
+        source: format!(
+            "the shared tier's body {what}: {seen} bytes of the {len} its answer declared"
+        )
+        .into(),
+    };
+    futures::stream::unfold(Some((body, 0u64)), move |state| async move {
+        let (mut body, seen) = state?;
+        match body.next().await {
+            Some(Ok(chunk)) => {
+                let seen = seen + chunk.len() as u64;
+                if seen > len {
+                    return Some((Err(wrong(seen, "ran long")), None));
+                }
+                Some((Ok(chunk), Some((body, seen))))
+            }
+            Some(Err(e)) => Some((Err(e), None)),
+            None if seen == len => None,
+            None => Some((Err(wrong(seen, "ended early")), None)),
+        }
+    })
+    .boxed()
+}
+
 impl SharedTier {
     pub fn new(journal: Arc<Journal>, upstream: Arc<Pool<Upstream>>, drain: Arc<Drain>) -> Self {
         Self {
@@ -209,10 +247,11 @@ impl Tier for SharedTier {
         let got = self.fetch(tenant, bucket, key, range, false).await?;
         let record = record(&got.meta, &got.attributes);
         let range: Range<u64> = got.range.clone();
+        let len = range.end - range.start;
         Ok(TierRead {
             record,
             range,
-            body: ReadStream::new(got.into_stream()),
+            body: ReadStream::new(exactly(got.into_stream(), len)),
         })
     }
 

@@ -10,7 +10,7 @@ use s3s::dto;
 use sluice_meta::MetaError;
 use sluice_s3::error::{ApiError, TierError, to_s3};
 
-use super::{buckets_seen, get_range, record, tier_error, visible};
+use super::{buckets_seen, exactly, get_range, record, tier_error, visible};
 use crate::upstream::{UpstreamBucket, UpstreamError};
 
 /// An object's metadata as `object_store` reports it, with this key, size and (quoted) ETag.
@@ -162,4 +162,38 @@ fn upstream_buckets_less_deletions_on_their_way_up_keep_their_creation_dates() {
         dto::Timestamp::parse(dto::TimestampFormat::DateTime, "2026-01-02T03:04:05.000Z")
             .expect("parses");
     assert_eq!(seen[0].created, Some(expected));
+}
+
+/// Issue #30: a gateway that ends a body early (its connection closed without an error) must
+/// not make the node end its own answer cleanly with short bytes; nor may a long one pass.
+#[tokio::test]
+async fn an_upstream_body_is_held_to_its_declared_length() {
+    use futures::StreamExt as _;
+    let body = |pieces: &[&'static [u8]]| {
+        let items: Vec<object_store::Result<bytes::Bytes>> = pieces
+            .iter()
+            .map(|p| Ok(bytes::Bytes::from_static(p)))
+            .collect();
+        futures::stream::iter(items).boxed()
+    };
+    let read = |s: futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>| async move {
+        s.collect::<Vec<_>>().await
+    };
+    let whole = read(exactly(body(&[b"abc", b"de"]), 5)).await;
+    assert!(whole.iter().all(Result::is_ok) && whole.len() == 2);
+    let short = read(exactly(body(&[b"abc"]), 5)).await;
+    assert!(short[0].is_ok(), "the bytes that came are passed on");
+    let e = short[1].as_ref().expect_err("an early end is an error");
+    assert!(
+        e.to_string().contains("ended early: 3 bytes of the 5"),
+        "{e}"
+    );
+    let long = read(exactly(body(&[b"abc", b"def"]), 5)).await;
+    assert_eq!(long.len(), 2);
+    assert!(
+        long[1]
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("ran long"))
+    );
+    assert!(read(exactly(body(&[]), 0)).await.is_empty());
 }
