@@ -69,6 +69,21 @@ pub struct FileAgent {
     pub upstream_ca: Option<String>,
     pub escrow_lease: Option<HumanDuration>,
 }
+    pub capacity: Option<FileAgentCapacity>,
+    pub emulate: Option<FileDevice>,
+}
+
+/// `[agent.capacity]`: the node's local device as the agent's scheduler sees it, and the
+/// drain's uplink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileAgentCapacity {
+    pub bandwidth: Option<Rate>,
+    pub ops: Option<f64>,
+    pub policy: Option<String>,
+    pub queue_depth: Option<usize>,
+    pub grain: Option<ByteSize>,
+    pub uplink: Option<Rate>,
 
 /// A string or a list of strings (`upstream = "http://gw:9000"` or `upstream = [...]`).
 #[derive(Debug, Deserialize)]
@@ -101,6 +116,9 @@ pub struct FileTenant {
     pub limit: Option<Rate>,
     pub local_capacity: Option<ByteSize>,
     pub drain_rate: Option<Rate>,
+    pub local_reservation: Option<Rate>,
+    pub local_weight: Option<f64>,
+    pub local_limit: Option<Rate>,
     pub interval: Option<HumanDuration>,
     pub retention: Option<FileRetention>,
     pub commit_markers: Option<Vec<String>>,

@@ -13,6 +13,7 @@ mod catalog;
 mod scrub;
 mod file;
 mod validate;
+mod node;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -158,6 +159,16 @@ pub struct AgentConfig {
 
 /// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).
 pub const DEFAULT_MAX_BUCKETS: u64 = 1000;
+    /// `[agent.capacity]`: the node's local device, shared among the node's tenants by their
+    /// `local_reservation`, `local_weight` and `local_limit`. `None`: no scheduling on the
+    /// node (every local transfer is issued at once, in arrival order).
+    pub capacity: Option<Capacity>,
+    /// `[agent.capacity] uplink`: bytes per second the drain may send upstream, shared among
+    /// the node's tenants by `local_weight` within each tenant's own drain pace. `None`: no
+    /// shared cap (the drain's transfers are still started in weighted order).
+    pub uplink: Option<f64>,
+    /// `[agent.emulate]`: the agent's local store behind an emulated device (benchmarks).
+    pub emulate: Option<Device>,
 
 /// A tenant: identity, keys, and its share of each isolation boundary.
 #[derive(Debug, Clone)]
@@ -189,6 +200,17 @@ pub struct Qos {
 #[derive(Debug, Clone, PartialEq)]
 pub struct LocalSpec {
     pub local_capacity: u64,
+impl Default for Qos {
+    /// No reservation, weight 1, no limit.
+    fn default() -> Self {
+        Self {
+            reservation: 0.0,
+            weight: 1.0,
+            limit: None,
+        }
+    }
+}
+
     pub drain_rate: Option<f64>,
     pub interval: Option<Duration>,
     pub retention: Retention,
@@ -197,6 +219,10 @@ pub struct LocalSpec {
 
 /// How much durable-upstream data the agent keeps on local disk for fast restores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    /// The tenant's share of the node's local device (`local_reservation`, `local_weight`,
+    /// `local_limit`), used when `[agent.capacity]` is set; its weight also shares the drain's
+    /// uplink.
+    pub local_qos: Qos,
 pub enum Retention {
     /// Keep the newest N checkpoint prefixes.
     Checkpoints(u32),

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use crate::file::{FileConfig, FileRetention, FileTenant, OneOrMany};
+use crate::file::{FileCapacity, FileConfig, FileRetention, FileTenant, OneOrMany};
 use crate::{
     AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, Device,
     GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant, TlsFiles,
@@ -30,51 +30,11 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         Some(g) => {
             let capacity = match g.capacity {
                 None => None,
-                Some(c) => {
-                    let bandwidth = c.bandwidth.map(|r| r.0).ok_or_else(|| {
-                        ConfigError::invalid(
-                            "gateway.capacity.bandwidth",
-                            "required: the shared tier's measured throughput, e.g. \"1GiB/s\"",
-                        )
-                    })?;
-                    let ops = c.ops.unwrap_or(UNBOUNDED_OPS);
-                    positive("gateway.capacity.bandwidth", bandwidth)?;
-                    positive("gateway.capacity.ops", ops)?;
-                    let policy = match c.policy.as_deref().unwrap_or("dmclock") {
-                        "dmclock" => Policy::DmClock,
-                        "fifo" => Policy::Fifo,
-                        "rate_limit" => Policy::RateLimit,
-                        other => {
-                            return Err(ConfigError::invalid(
-                                "gateway.capacity.policy",
-                                format!(
-                                    "{other:?}: expected \"dmclock\", \"fifo\" or \"rate_limit\""
-                                ),
-                            ));
-                        }
-                    };
-                    let queue_depth = c.queue_depth.unwrap_or(64);
-                    if queue_depth == 0 {
-                        return Err(ConfigError::invalid(
-                            "gateway.capacity.queue_depth",
-                            "must be at least 1",
-                        ));
-                    }
-                    let grain = c.grain.map_or(1024 * 1024, |g| g.0);
-                    if !(64 * 1024..=16 * 1024 * 1024).contains(&grain) {
-                        return Err(ConfigError::invalid(
-                            "gateway.capacity.grain",
-                            "must be between 64KiB and 16MiB (1MiB to 4MiB is usual)",
-                        ));
-                    }
-                    Some(Capacity {
-                        bandwidth,
-                        ops,
-                        policy,
-                        queue_depth,
-                        grain,
-                    })
-                }
+                Some(c) => Some(capacity(
+                    "gateway.capacity",
+                    "the shared tier's measured throughput",
+                    &c,
+                )?),
             };
             let region = g.region.unwrap_or_else(|| "us-east-1".to_owned());
             if region.is_empty() {
@@ -168,6 +128,17 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
             status_listen: a.status_listen,
             upstream_ca: a.upstream_ca.as_deref().map(&resolve),
             escrow_lease: escrow_lease(a.escrow_lease)?,
+            capacity: match &a.capacity {
+                None => None,
+                Some(c) => Some(crate::node::capacity(c)?),
+            },
+            uplink: a
+                .capacity
+                .as_ref()
+                .map(crate::node::uplink)
+                .transpose()?
+                .flatten(),
+            emulate: a.emulate.as_ref().map(crate::node::emulate).transpose()?,
         }),
     };
     let mut tenants = Vec::with_capacity(file.tenants.len());
@@ -198,6 +169,9 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
 
     if let Some(c) = gateway.as_ref().and_then(|g| g.throttle) {
         check_reservations(&tenants, c)?;
+    }
+    if let Some(a) = &agent {
+        crate::node::check_local_shares(&tenants, a.capacity)?;
     }
 
     Ok(Config {
@@ -253,7 +227,57 @@ pub(crate) fn check_reservations(
     Ok(())
 }
 
-fn positive(field: &str, v: f64) -> Result<(), ConfigError> {
+/// A `[... capacity]` table: `section` names it in errors, `what` says what its bandwidth is.
+pub(crate) fn capacity(
+    section: &str,
+    what: &str,
+    c: &FileCapacity,
+) -> Result<Capacity, ConfigError> {
+    let field = |key: &str| format!("{section}.{key}");
+    let bandwidth = c.bandwidth.map(|r| r.0).ok_or_else(|| {
+        ConfigError::invalid(
+            field("bandwidth"),
+            format!("required: {what}, e.g. \"1GiB/s\""),
+        )
+    })?;
+    let ops = c.ops.unwrap_or(UNBOUNDED_OPS);
+    positive(&field("bandwidth"), bandwidth)?;
+    positive(&field("ops"), ops)?;
+    let policy = match c.policy.as_deref().unwrap_or("dmclock") {
+        "dmclock" => Policy::DmClock,
+        "fifo" => Policy::Fifo,
+        "rate_limit" => Policy::RateLimit,
+        other => {
+            return Err(ConfigError::invalid(
+                field("policy"),
+                format!("{other:?}: expected \"dmclock\", \"fifo\" or \"rate_limit\""),
+            ));
+        }
+    };
+    let queue_depth = c.queue_depth.unwrap_or(64);
+    if queue_depth == 0 {
+        return Err(ConfigError::invalid(
+            field("queue_depth"),
+            "must be at least 1",
+        ));
+    }
+    let grain = c.grain.map_or(1024 * 1024, |g| g.0);
+    if !(64 * 1024..=16 * 1024 * 1024).contains(&grain) {
+        return Err(ConfigError::invalid(
+            field("grain"),
+            "must be between 64KiB and 16MiB (1MiB to 4MiB is usual)",
+        ));
+    }
+    Ok(Capacity {
+        bandwidth,
+        ops,
+        policy,
+        queue_depth,
+        grain,
+    })
+}
+
+pub(crate) fn positive(field: &str, v: f64) -> Result<(), ConfigError> {
     if v.is_finite() && v > 0.0 {
         Ok(())
     } else {
@@ -303,6 +327,11 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
         }
     }
     let retention = match t.retention {
+    let local_qos = crate::node::local_qos(
+        t.local_reservation.map(|r| r.0),
+        t.local_weight,
+        t.local_limit.map(|r| r.0),
+    )?;
         None => Retention::Checkpoints(2),
         Some(FileRetention::Checkpoints(n)) => Retention::Checkpoints(n),
         Some(FileRetention::Bytes(b)) => Retention::Bytes(b.0),
@@ -348,6 +377,7 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
             retention,
             commit_markers,
         },
+            local_qos,
     })
 }
 

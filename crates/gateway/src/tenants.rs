@@ -57,6 +57,7 @@ pub(crate) fn adopt(config: &Config, specs: &[TenantSpec]) -> Config {
             let first = s.keys.first();
             Tenant {
                 id: s.id.clone(),
+                    local_qos: Qos::default(),
                 access_key: first.map(|k| k.access_key.clone()).unwrap_or_default(),
                 secret_key: first.map(|k| k.secret_key.clone()).unwrap_or_default(),
                 capacity: s.capacity,

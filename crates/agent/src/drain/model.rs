@@ -201,6 +201,7 @@ impl World {
                     .iter()
                     .map(|s| (*s).to_owned())
                     .collect(),
+                local_qos: Qos::default(),
             },
         };
         Self {

@@ -130,6 +130,7 @@ fn only_a_transfer_begun_after_a_failure_clears_it() {
             interval: None,
             retention: sluice_config::Retention::Checkpoints(2),
             commit_markers: Vec::new(),
+            local_qos: sluice_config::Qos::default(),
         },
     };
     let t0 = Instant::now();
