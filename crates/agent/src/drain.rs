@@ -23,7 +23,12 @@
 //! # Pacing
 //!
 //! Each tenant has a [`TokenBucket`] whose rate [`Policy::target_rate`] recomputes on every
-//! scan; a transfer asks it for each part (or small object) before sending it.
+//! scan; a transfer asks it for each part (or small object) before sending it, then waits
+//! for the part's turn on the uplink when `[agent.capacity] uplink` is set (shared by
+//! `local_weight`: [`crate::admission`]). Its local reads are admitted on the node's device
+//! as the tenant's (when `[agent.capacity]` is set). Of the ops that may start, the scan
+//! starts them in weighted order across tenants ([`share`]): the next transfer slot goes to
+//! the tenant with the fewest transfers in flight per unit of `local_weight`.
 //!
 //! # Retries
 //!
@@ -62,6 +67,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
+use crate::admission::Admission;
 use crate::journal::{self, Journal, Op, OpKind};
 use crate::upstream::{UpstreamError, UpstreamStore};
 
@@ -129,6 +135,7 @@ impl DrainError {
 }
 
 mod evict;
+pub mod share;
 mod tenant;
 mod transfer;
 
@@ -146,6 +153,8 @@ pub struct Drain {
     sizes: TransferSizes,
     /// Draws the backoffs' jitter.
     jitter: Mutex<Xoshiro256PlusPlus>,
+    /// The node's local device and uplink (see [`crate::admission`]).
+    admission: Arc<Admission>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -182,7 +191,21 @@ impl Drain {
             busy: Mutex::default(),
             sizes: TransferSizes::default(),
             jitter: Mutex::new(Xoshiro256PlusPlus::seed_from_u64(rand::random())),
+            admission: Arc::new(Admission::unscheduled()),
         }
+    }
+
+    /// Reads the local copies through `admission`'s local device and sends through its
+    /// uplink.
+    #[must_use]
+    pub fn with_admission(mut self, admission: Arc<Admission>) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// The node's local device and uplink schedulers.
+    pub fn admission(&self) -> &Arc<Admission> {
+        &self.admission
     }
 
     /// Cuts objects for the upstream by `sizes` instead of the defaults.
@@ -212,6 +235,7 @@ impl Drain {
                     d.policy = fresh.policy;
                     d.retention = fresh.retention;
                     d.local_capacity = fresh.local_capacity;
+                    d.local_weight = fresh.local_weight;
                 }
                 None => {
                     state.insert(t.id.clone(), TenantDrain::new(t, now));
@@ -307,10 +331,20 @@ impl Drain {
         }
         let busy =
             |op: &Op| busy_keys.contains(&(op.tenant.clone(), op.bucket.clone(), op.key.clone()));
-        let ready: Vec<Op> = journal::eligible(&ops, &busy)
-            .into_iter()
-            .cloned()
-            .collect();
+        let ready: Vec<Op> = {
+            let tenants = lock(&self.tenants);
+            share::order(
+                journal::eligible(&ops, &busy)
+                    .into_iter()
+                    .cloned()
+                    .collect(),
+                |t| {
+                    tenants
+                        .get(t)
+                        .map_or((0, 1.0), |d| (d.in_flight, d.local_weight))
+                },
+            )
+        };
         let mut total = tasks.len();
         for op in ready {
             if total >= TOTAL {
@@ -409,17 +443,19 @@ impl Drain {
     }
 
     /// Waits until the tenant's pacer lets `bytes` go (asking again at least every 100 ms,
-    /// so a rate change applies to a transfer already waiting).
+    /// so a rate change applies to a transfer already waiting), then for their turn on the
+    /// node's uplink.
     async fn pace(&self, tenant: &str, bytes: u64) {
         loop {
             let r = lock(&self.tenants)
                 .get_mut(tenant)
                 .map_or(Ok(()), |t| t.bucket.try_take(bytes, Instant::now()));
             match r {
-                Ok(()) => return,
+                Ok(()) => break,
                 Err(wait) => tokio::time::sleep(wait.min(Duration::from_millis(100))).await,
             }
         }
+        self.admission.uplink(tenant, bytes).await;
     }
 }
 

@@ -10,6 +10,9 @@
 //! per tenant ([`pacer`]), commit markers after their checkpoint, verified by checksum and
 //! HEAD before anything is marked durable; local copies are evicted only once durable.
 //! [`node`] is upstream as the front's tier, for the reads it merges; [`status`] reports.
+//! [`admission`] shares the node's local device (dmClock paced to `[agent.capacity]`, per
+//! tenant `local_reservation`, `local_weight`, `local_limit`) and the drain's uplink among
+//! the node's tenants, when configured.
 //!
 //! Start-up order: read the S3 listener's certificate if `tls_cert` and `tls_key` are set, and
 //! bind every listener ([`Listeners::bind`]: a bad certificate or an address in use fails the
@@ -30,6 +33,7 @@
 //! The agent owns no S3 semantics of its own: every operation, the read merge included, is the
 //! gateway's code.
 
+pub mod admission;
 pub mod drain;
 pub mod escrow;
 pub mod journal;
@@ -48,10 +52,11 @@ use object_store::ObjectStore;
 use sluice_config::Config;
 use sluice_meta::Catalog;
 use sluice_s3::{BlobStore, Front, FrontConfig, ReconcileSummary, TenantKey, Tenants};
-use sluice_store::{ChecksumStore, Checksums, LocalDisk};
+use sluice_store::{ChecksumStore, Checksums, EmulatedDevice, LocalDisk};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+use crate::admission::Admission;
 use crate::drain::Drain;
 use crate::escrow::SharedQuota;
 use crate::journal::{Journal, JournalHook};
@@ -103,6 +108,9 @@ pub enum AgentError {
     },
     #[error("reload refused: {0}")]
     Reload(String),
+    /// The node's schedulers (`[agent.capacity]` and the tenants' local shares).
+    #[error("[agent.capacity]: {0}")]
+    Admission(#[from] sluice_throttle::ThrottleError),
 }
 
 impl From<sluice_meta::MetaError> for AgentError {
@@ -159,6 +167,7 @@ pub struct Control {
     drain: Arc<Drain>,
     upstream: Arc<Pool<Upstream>>,
     hook: Arc<JournalHook>,
+    admission: Arc<Admission>,
     config: Arc<std::sync::Mutex<Config>>,
     /// The S3 listener's certificate, when it speaks TLS (set once serving).
     tls: Option<ServerTls>,
@@ -243,11 +252,31 @@ impl Control {
         self.hook.set_markers(commit_markers(new));
         set_local_limits(self.drain.journal.catalog(), new);
         self.drain.set_tenants(&new.tenants);
+        self.reshare(new);
         self.upstream.set_credentials(&upstream_credentials(new));
         self.tenants.replace(tenant_keys(new));
         *current = new.clone();
         tracing::info!(tenants = new.tenants.len(), "configuration reloaded");
         Ok(())
+    }
+}
+
+impl Control {
+    /// The tenants' new shares of the local device and uplink, applied by the schedulers'
+    /// dispatchers (already validated with the file: they cannot overbook).
+    fn reshare(&self, new: &Config) {
+        let (admission, tenants) = (Arc::clone(&self.admission), new.tenants.clone());
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = admission.update(&tenants).await {
+                    tracing::error!(error = %e, "the node's schedulers refused the reload");
+                }
+            });
+        } else {
+            tracing::error!(
+                "reload outside the agent's runtime: the tenants' local shares are unchanged"
+            );
+        }
     }
 }
 
@@ -268,6 +297,11 @@ fn check_fixed(current: &Config, new: &Config) -> Result<(), AgentError> {
             old.upstream_region != next.upstream_region,
         ),
         ("upstream_ca", old.upstream_ca != next.upstream_ca),
+        (
+            "capacity",
+            old.capacity != next.capacity || old.uplink != next.uplink,
+        ),
+        ("emulate", old.emulate != next.emulate),
         (
             "tls_cert, tls_key (TLS on or off)",
             old.tls.is_some() != next.tls.is_some(),
@@ -337,12 +371,16 @@ impl Agent {
             })?;
         let catalog = catalog.with_hook(Arc::clone(&hook) as _);
         set_local_limits(&catalog, config);
-        let local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
+        let admission = Arc::new(Admission::start(config)?);
+        let mut local: Arc<dyn ObjectStore> = Arc::new(LocalDisk::open(&objects)?);
+        if let Some(d) = a.emulate {
+            local = Arc::new(EmulatedDevice::new(local, d.bandwidth, d.ops));
+        }
         let blobs = Arc::new(
             BlobStore::new(
                 Arc::new(ChecksumStore::new(local, sums)),
-                sluice_s3::blob::DEFAULT_GRAIN,
-                sluice_s3::blob::DEFAULT_GRAIN,
+                admission.grain(),
+                admission.grain(),
             )
             .with_local_files()
             .with_blob_crc(),
@@ -384,7 +422,7 @@ impl Agent {
             Arc::clone(&journal),
             Arc::clone(&catalog),
         ));
-        let front = Front::new(
+        let front = Front::with_throttle(
             catalog,
             Arc::clone(&blobs),
             FrontConfig {
@@ -397,14 +435,19 @@ impl Agent {
                     .as_ref()
                     .map_or(5 << 40, |g| g.max_object_size),
             },
+            admission.local().cloned(),
+            Arc::clone(admission.metrics()),
         );
-        let drain = Arc::new(Drain::new(
-            Arc::clone(&journal),
-            blobs,
-            Arc::clone(&upstream) as Arc<dyn UpstreamStore>,
-            wake,
-            &config.tenants,
-        ));
+        let drain = Arc::new(
+            Drain::new(
+                Arc::clone(&journal),
+                blobs,
+                Arc::clone(&upstream) as Arc<dyn UpstreamStore>,
+                wake,
+                &config.tenants,
+            )
+            .with_admission(Arc::clone(&admission)),
+        );
         let node = front.with_tier(Arc::new(
             SharedTier::new(journal, Arc::clone(&upstream), Arc::clone(&drain))
                 .with_quota(Arc::clone(&quota)),
@@ -415,6 +458,7 @@ impl Agent {
             drain: Arc::clone(&drain),
             upstream,
             hook,
+            admission,
             config: Arc::new(std::sync::Mutex::new(config.clone())),
             tls: None,
         };
@@ -464,6 +508,7 @@ impl Agent {
         if let Some((l, _)) = status {
             let routes = StatusRoutes {
                 drain: Arc::clone(&self.drain),
+                metrics: Arc::clone(self.drain.admission().metrics()),
             };
             tasks.push(tokio::spawn(server::serve(
                 l,

@@ -65,6 +65,9 @@ async fn snapshot(drain: &Arc<Drain>, only: Option<String>) -> Result<status::St
 #[derive(Clone)]
 pub struct StatusRoutes {
     pub drain: Arc<Drain>,
+    /// The S3 front's per-tenant counters: body bytes in and out of the node's store, queue
+    /// waits on its local device, throttled requests.
+    pub metrics: Arc<sluice_metrics::Metrics>,
 }
 
 impl StatusRoutes {
@@ -94,7 +97,9 @@ impl StatusRoutes {
             Ok(s) if metrics => plain(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                status::prometheus(&s) + &sluice_serve::sendfile::render_metrics(),
+                status::prometheus(&s)
+                    + &self.metrics.render("sluice", &[])
+                    + &sluice_serve::sendfile::render_metrics(),
             ),
             Ok(s) => plain(
                 StatusCode::OK,

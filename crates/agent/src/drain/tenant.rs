@@ -82,6 +82,8 @@ pub struct TenantDrain {
     pub policy: Policy,
     pub retention: Retention,
     pub local_capacity: u64,
+    /// The tenant's `local_weight`: its share of the drain's transfer slots and uplink.
+    pub local_weight: f64,
     pub(super) bucket: TokenBucket,
     pub(super) estimator: IntervalEstimator,
     pub(super) last_seen_seq: u64,
@@ -111,6 +113,7 @@ impl TenantDrain {
             policy,
             retention: t.local.retention,
             local_capacity: t.local.local_capacity,
+            local_weight: t.local.local_qos.weight,
             bucket: TokenBucket::new(rate, burst(rate), now),
             estimator: IntervalEstimator::new(QUIET),
             last_seen_seq: 0,

@@ -56,7 +56,7 @@ impl Drain {
             self.read_inline(op, object, range).await?
         } else {
             let stream = self.blobs.read(
-                &sluice_s3::blob::Pacer::unthrottled(&op.tenant),
+                &self.admission.local_pacer(&op.tenant),
                 &object.segments,
                 range,
                 None,
