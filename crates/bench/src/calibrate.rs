@@ -1,4 +1,5 @@
-//! `sluice calibrate`: measures what a backend can serve, to fill `[gateway.capacity]`.
+//! `sluice calibrate`: measures what a backend can serve, to fill `[gateway.capacity]`, or
+//! (`--agent`) what the node agent's local disk can, to fill `[agent.capacity]`.
 //!
 //! Bandwidth is measured with grain-sized transfers (the scheduler's unit) at high
 //! concurrency, writes and reads separately, and the lower of the two is suggested: the
@@ -31,9 +32,18 @@ pub struct Calibration {
 impl Calibration {
     /// The `[gateway.capacity]` section to paste, with 10% headroom.
     pub fn toml(&self) -> String {
+        self.section("gateway.capacity")
+    }
+
+    /// The `[agent.capacity]` section to paste (the node's local disk), with 10% headroom.
+    pub fn agent_toml(&self) -> String {
+        self.section("agent.capacity")
+    }
+
+    fn section(&self, table: &str) -> String {
         let bw = self.write_bytes_per_second.min(self.read_bytes_per_second) * 0.9;
         format!(
-            "[gateway.capacity]\nbandwidth = \"{}MiB/s\"\nops = {}\n",
+            "[{table}]\nbandwidth = \"{}MiB/s\"\nops = {}\n",
             (bw / 1_048_576.0).floor(),
             (self.head_ops_per_second * 0.9).floor()
         )

@@ -12,6 +12,9 @@
 //! - `dmclock_agent`: dmClock, and the aggressor writes through a node agent that absorbs the
 //!   burst on local disk and drains it to the tier paced to its checkpoint interval.
 //!
+//! Then the same two tenants on one node agent whose local device the burst saturates
+//! ([`node`]: `node_solo`, `node_fifo`, `node_dmclock`).
+//!
 //! The victim is open-loop: its GETs are issued on a fixed schedule, not after the previous
 //! reply, and each latency is measured from the scheduled time, so coordinated omission cannot
 //! hide queueing. It runs on its own thread and runtime, so the aggressor's load generation in
@@ -31,6 +34,8 @@ use crate::client::S3Client;
 use crate::gateway::payload;
 use crate::procs::{self, ACCESS_KEY, SECRET_KEY};
 use crate::stats::Latencies;
+
+pub mod node;
 
 const MIB: f64 = 1024.0 * 1024.0;
 const VICTIM_KEY: &str = "AKIDVICTIM00000TEST";
@@ -63,8 +68,10 @@ pub struct Config {
     /// How long `dmclock_agent` waits, after the victim's run, for the first checkpoint to
     /// finish draining.
     pub drain_wait_s: f64,
-    /// The gateway's scheduling grain (`[gateway.capacity] grain`).
+    /// The gateway's scheduling grain (`[gateway.capacity] grain`), also the node agent's.
     pub grain_bytes: u64,
+    /// The node scenarios' local device.
+    pub node: node::NodeConfig,
     #[serde(skip)]
     pub workdir: PathBuf,
     #[serde(skip)]
@@ -93,6 +100,7 @@ impl Config {
             agent_drain_rate_bps: 60.0 * MIB,
             drain_wait_s: 30.0,
             grain_bytes: 256 << 10,
+            node: node::NodeConfig::default_run(),
             workdir,
             sluice,
         }
@@ -137,6 +145,9 @@ pub struct Scenario {
     /// Time until the first checkpoint was complete on the shared tier (its marker visible
     /// there): the stall when writing directly, the drain when writing through the agent.
     pub drain_completion_s: Option<f64>,
+    /// Node scenarios: bytes the node's local device moved over its capacity × time.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub local_utilization: Option<f64>,
     #[serde(skip)]
     pub latencies: Latencies,
 }
@@ -478,6 +489,7 @@ pub async fn scenario(
         } else {
             drain_completion_s
         },
+        local_utilization: None,
         latencies,
     })
 }
@@ -490,6 +502,7 @@ pub async fn run(cfg: Config, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<R
         let solo = scenarios.first().map(|s| s.victim_p99_s);
         scenarios.push(scenario(&cfg, kind, solo, progress).await?);
     }
+    scenarios.extend(node::run(&cfg, progress).await?);
     Ok(Report {
         seed: cfg.seed,
         config: cfg,
@@ -512,7 +525,7 @@ pub fn table(r: &Report) -> String {
         "victim MiB/s",
         "agg stall",
         "on tier",
-        "tier use",
+        "tier/local use",
         "errors"
     );
     for s in &r.scenarios {
@@ -530,7 +543,8 @@ pub fn table(r: &Report) -> String {
                 .map_or("-".to_owned(), |v| format!("{v:.1}s")),
             s.drain_completion_s
                 .map_or("-".to_owned(), |v| format!("{v:.1}s")),
-            s.tier_utilization * 100.0,
+            // Node scenarios: the local device's use instead of the tier's.
+            s.local_utilization.unwrap_or(s.tier_utilization) * 100.0,
             s.victim_errors
         );
     }

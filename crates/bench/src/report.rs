@@ -213,6 +213,11 @@ struct AgentReport {
     ratio_fastest: Option<f64>,
     ratio_median_o_direct: Option<f64>,
     ratio_fastest_o_direct: Option<f64>,
+    /// `--local-capacity`: the agent with its local device scheduled (absent before it).
+    local_capacity_bytes_per_s: Option<f64>,
+    scheduled: Option<Series>,
+    ratio_median_scheduled: Option<f64>,
+    ratio_fastest_scheduled: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -250,6 +255,14 @@ struct NoisyConfig {
     aggressor_interval_s: f64,
     agent_drain_rate_bps: f64,
     grain_bytes: u64,
+    /// The node scenarios' local device (absent from reports older than them).
+    node: Option<NoisyNode>,
+}
+
+#[derive(Deserialize)]
+struct NoisyNode {
+    local_bandwidth_bps: f64,
+    local_ops: f64,
 }
 
 #[derive(Deserialize)]
@@ -266,6 +279,7 @@ struct Scenario {
     aggressor_stall_s: Option<f64>,
     tier_utilization: Option<f64>,
     drain_completion_s: Option<f64>,
+    local_utilization: Option<f64>,
 }
 
 /// The report in `src`, `None` when there is none.
@@ -319,8 +333,11 @@ fn agent_default_command(path: &str) -> String {
 
 /// The command that reproduces `r`, every setting spelled out.
 fn agent_command(r: &AgentReport, path: &str) -> String {
+    let local = r.local_capacity_bytes_per_s.map_or_else(String::new, |bw| {
+        format!(" --local-capacity {}", rate_arg(bw))
+    });
     format!(
-        "{BIN} bench agent --objects {} --size {} --drain-rate {} --rounds {} --json {path}",
+        "{BIN} bench agent --objects {} --size {} --drain-rate {} --rounds {}{local} --json {path}",
         r.objects,
         size_arg(r.size_bytes),
         rate_arg(r.drain_rate_bytes_per_s),
@@ -573,6 +590,9 @@ fn agent_kinds(r: &AgentReport) -> Vec<(&'static str, &Series, Option<f64>)> {
         kinds.push(("`O_DIRECT` write + fsync", o, r.ratio_median_o_direct));
     }
     kinds.push(("through the agent", &r.agent, None));
+    if let Some(s) = &r.scheduled {
+        kinds.push(("through the agent, scheduled", s, None));
+    }
     kinds
 }
 
@@ -656,6 +676,15 @@ fn agent_figures(src: &Source) -> Result<String, ReportError> {
             opt(r.ratio_fastest_o_direct, 3)
         );
     }
+    if r.scheduled.is_some() {
+        let _ = writeln!(
+            out,
+            "| agent scheduled (`[agent.capacity]` {}) / unscheduled | {} | {} |",
+            rate_text(r.local_capacity_bytes_per_s.unwrap_or(f64::NAN)),
+            opt(r.ratio_median_scheduled, 3),
+            opt(r.ratio_fastest_scheduled, 3)
+        );
+    }
     Ok(out)
 }
 
@@ -707,7 +736,18 @@ fn noisy_setup(r: &NoisyReport) -> String {
         trim(c.aggressor_interval_s),
         rate_text(c.agent_drain_rate_bps),
         r.seed,
-    )
+    ) + &c.node.as_ref().map_or_else(String::new, |n| {
+        format!(
+            " The `node_*` scenarios put both tenants on one node agent whose local store is an \
+             emulated device of {} and {} ops/s: the victim reads its shards from the node while \
+             the aggressor's checkpoints land there (no `[agent.capacity]` in `node_fifo`; \
+             `[agent.capacity]` at the device's bandwidth with the victim's reservation and \
+             weight as `local_reservation` and `local_weight` in `node_solo` and \
+             `node_dmclock`); *local use* is the bytes the device moved over its capacity.",
+            rate_text(n.local_bandwidth_bps),
+            group(n.local_ops.round() as u64),
+        )
+    })
 }
 
 fn noisy_figures(src: &Source) -> Result<String, ReportError> {
@@ -725,13 +765,13 @@ fn noisy_figures(src: &Source) -> Result<String, ReportError> {
     let _ = writeln!(
         out,
         "| scenario | victim p50 | p99 | p99.9 | p99 / solo | victim MiB/s (target) | victim \
-         GETs (errors) | aggressor stall | checkpoint on tier | tier use |"
+         GETs (errors) | aggressor stall | checkpoint on tier | tier use | local use |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     for s in &r.scenarios {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} ({}) | {} ({}) | {} | {} | {} | {} |",
             s.name,
             ms(s.victim_p50_s),
             ms(s.victim_p99_s),
@@ -744,6 +784,7 @@ fn noisy_figures(src: &Source) -> Result<String, ReportError> {
             secs1(s.aggressor_stall_s),
             secs1(s.drain_completion_s),
             opt_percent(s.tier_utilization),
+            opt_percent(s.local_utilization),
         );
     }
     Ok(out)
@@ -767,18 +808,19 @@ fn noisy_summary(src: &Source) -> Result<String, ReportError> {
     );
     let _ = writeln!(
         out,
-        "| scenario | victim p99 | p99 / solo | aggressor stall | tier use |"
+        "| scenario | victim p99 | p99 / solo | aggressor stall | tier use | local use |"
     );
-    let _ = writeln!(out, "|---|---|---|---|---|");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
     for s in &r.scenarios {
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             s.name,
             ms(s.victim_p99_s),
             times(s.victim_p99_vs_solo),
             secs1(s.aggressor_stall_s),
             opt_percent(s.tier_utilization),
+            opt_percent(s.local_utilization),
         );
     }
     Ok(out)

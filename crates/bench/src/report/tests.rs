@@ -73,7 +73,8 @@ const NOISY_JSON: &str = r#"{
              "victim_weight": 20.0, "aggressor_streams": 8,
              "aggressor_object_bytes": 134217728, "aggressor_interval_s": 12.0,
              "aggressor_limit_bps": 62914560.0, "agent_drain_rate_bps": 62914560.0,
-             "drain_wait_s": 30.0, "grain_bytes": 262144},
+             "drain_wait_s": 30.0, "grain_bytes": 262144,
+             "node": {"local_bandwidth_bps": 104857600.0, "local_ops": 8000.0}},
   "scenarios": [
     {"name": "solo", "victim_p50_s": 0.17842775, "victim_p99_s": 0.184214679,
      "victim_p999_s": 0.184214679, "victim_p99_vs_solo": 1.0, "victim_requests": 48,
@@ -85,7 +86,13 @@ const NOISY_JSON: &str = r#"{
      "victim_requests": 48, "victim_errors": 1, "victim_throughput_bps": 31638454.58,
      "victim_target_bps": 33554432.0, "aggressor_stall_s": 15.025459371,
      "aggressor_bytes": 1073741824, "tier_utilization": 1.0232752754583732,
-     "drain_completion_s": 15.025459371}
+     "drain_completion_s": 15.025459371},
+    {"name": "node_dmclock", "victim_p50_s": 0.18, "victim_p99_s": 0.19,
+     "victim_p999_s": 0.19, "victim_p99_vs_solo": 1.05, "victim_requests": 48,
+     "victim_errors": 0, "victim_throughput_bps": 33554432.0,
+     "victim_target_bps": 33554432.0, "aggressor_stall_s": 14.0,
+     "aggressor_bytes": 1073741824, "tier_utilization": null,
+     "drain_completion_s": null, "local_utilization": 0.912}
   ]
 }"#;
 
@@ -205,14 +212,22 @@ fn the_noisy_neighbour_table_has_a_row_per_scenario() {
     );
     assert!(md.contains("8 × 128 MiB (1 GiB)"), "{md}");
     let solo =
-        "| solo | 178.4 ms | 184.2 ms | 184.2 ms | 1.00× | 32.0 (32) | 48 (0) | – | – | 32% |";
+        "| solo | 178.4 ms | 184.2 ms | 184.2 ms | 1.00× | 32.0 (32) | 48 (0) | – | – | 32% | – |";
     assert!(md.contains(solo), "{md}");
     let fifo = "| fifo | 1,961 ms | 2,077 ms | 2,077 ms | 11.27× | 30.2 (32) | 48 (1) | 15.0 s | \
-                15.0 s | 102% |";
+                15.0 s | 102% | – |";
     assert!(md.contains(fifo), "{md}");
+    // A node scenario: the local device's use, no tier's.
+    let node = "| node_dmclock | 180.0 ms | 190.0 ms | 190.0 ms | 1.05× | 32.0 (32) | 48 (0) | \
+                14.0 s | – | – | 91% |";
+    assert!(md.contains(node), "{md}");
+    assert!(
+        md.contains("an emulated device of 100 MiB/s and 8,000 ops/s"),
+        "{md}"
+    );
     let readme = summary(&inputs).expect("renders");
     assert!(
-        readme.contains("| fifo | 2,077 ms | 11.27× | 15.0 s | 102% |"),
+        readme.contains("| fifo | 2,077 ms | 11.27× | 15.0 s | 102% | – |"),
         "{readme}"
     );
 }
@@ -318,6 +333,7 @@ fn the_real_reports_serialize_to_what_the_renderer_reads() {
             aggressor_bytes: 1 << 30,
             tier_utilization: 0.96,
             drain_completion_s: Some(16.0),
+            local_utilization: None,
             latencies: crate::stats::Latencies::default(),
         }],
     };

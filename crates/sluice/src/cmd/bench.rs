@@ -165,11 +165,26 @@ pub struct CalibrateArgs {
     /// Transfers in flight.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// Measure the node agent's local disk (`[agent] data_dir`) instead of the gateway's
+    /// backend, for `[agent.capacity]`.
+    #[arg(long)]
+    pub agent: bool,
 }
 
 pub fn calibrate(args: &CalibrateArgs) -> anyhow::Result<()> {
     let config = sluice_config::Config::load(&args.config)?;
-    let store = sluice_store::open_backend(&config)?;
+    let store: std::sync::Arc<dyn object_store::ObjectStore> = if args.agent {
+        let a = config
+            .agent
+            .as_ref()
+            .ok_or_else(|| anyhow::anyhow!("--agent: the configuration has no [agent] section"))?;
+        // The agent's own store, under its data directory (what it writes is removed after).
+        let dir = a.data_dir.join("objects");
+        std::fs::create_dir_all(&dir)?;
+        std::sync::Arc::new(sluice_store::LocalDisk::open(&dir)?)
+    } else {
+        sluice_store::open_backend(&config)?
+    };
     let c = super::runtime()?.block_on(sluice_bench::calibrate::run(
         store,
         args.grains,
@@ -183,10 +198,17 @@ pub fn calibrate(args: &CalibrateArgs) -> anyhow::Result<()> {
         c.concurrency,
         c.head_ops_per_second
     );
-    println!(
-        "\n# paste into the gateway's configuration (10% headroom):\n{}",
-        c.toml()
-    );
+    if args.agent {
+        println!(
+            "\n# paste into the agent's configuration (10% headroom):\n{}",
+            c.agent_toml()
+        );
+    } else {
+        println!(
+            "\n# paste into the gateway's configuration (10% headroom):\n{}",
+            c.toml()
+        );
+    }
     Ok(())
 }
 

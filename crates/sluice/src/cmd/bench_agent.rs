@@ -19,6 +19,10 @@
 //! writes). The fastest rounds compare each kind in the memory state that suits it best: on
 //! a virtual machine the buffered baseline's time follows the host's memory more than the
 //! disk. `--json` writes every measurement and the ratios.
+//!
+//! With `--local-capacity RATE`, each round also measures the agent with its local scheduler
+//! on (`[agent.capacity] bandwidth = RATE`, dmClock, the one tenant alone on the node) and
+//! reports scheduled / unscheduled: what scheduling the node's device costs a quiet node.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -56,6 +60,10 @@ pub struct AgentArgs {
     /// Also write every measurement and the ratios as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also measure, in each round, the agent with `[agent.capacity] bandwidth` at this rate
+    /// (the node's device scheduled), e.g. what `sluice calibrate --agent` measured.
+    #[arg(long)]
+    pub local_capacity: Option<Rate>,
 }
 
 const CHUNK: usize = 1024 * 1024;
@@ -88,16 +96,24 @@ enum Kind {
     Direct,
     AroundCache,
     Agent,
+    /// The agent with `[agent.capacity]` (`--local-capacity`).
+    Scheduled,
 }
 
 impl Kind {
-    const ALL: [Self; 3] = [Self::Direct, Self::AroundCache, Self::Agent];
+    const ALL: [Self; 4] = [
+        Self::Direct,
+        Self::AroundCache,
+        Self::Agent,
+        Self::Scheduled,
+    ];
 
     fn label(self) -> &'static str {
         match self {
             Self::Direct => "direct write+fsync ",
             Self::AroundCache => "direct, O_DIRECT   ",
             Self::Agent => "through the agent  ",
+            Self::Scheduled => "agent, scheduled   ",
         }
     }
 }
@@ -239,6 +255,16 @@ struct Report {
     /// Absent where the filesystem refuses `O_DIRECT` or the size is not 4 KiB-aligned.
     o_direct: Option<Series>,
     agent: Series,
+    /// `--local-capacity`: the scheduled agent's rate and measurements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    local_capacity_bytes_per_s: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduled: Option<Series>,
+    /// Scheduled over unscheduled agent, of the medians and of the fastest rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_median_scheduled: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_fastest_scheduled: Option<f64>,
     /// Agent over direct, of the medians (the target) and of each kind's fastest round.
     ratio_median: f64,
     ratio_fastest: f64,
@@ -276,10 +302,32 @@ impl Report {
                 None => println!(),
             }
         }
+        if let (Some(s), Some(m), Some(f)) = (
+            &self.scheduled,
+            self.ratio_median_scheduled,
+            self.ratio_fastest_scheduled,
+        ) {
+            println!(
+                "scheduled (local capacity {}): median {:.3} s, fastest {:.3} s; ratio \
+                 scheduled/unscheduled = {m:.3} (median), {f:.3} (fastest) (target <= 1.05)",
+                Rate(self.local_capacity_bytes_per_s.unwrap_or(f64::NAN)),
+                s.median_s,
+                s.fastest_s,
+            );
+        }
     }
 }
 
-fn config_text(dir: &Path, upstream: &str, capacity: u64, drain_rate: f64) -> String {
+fn config_text(
+    dir: &Path,
+    upstream: &str,
+    capacity: u64,
+    drain_rate: f64,
+    local: Option<f64>,
+) -> String {
+    let scheduled = local.map_or_else(String::new, |bw| {
+        format!("[agent.capacity]\nbandwidth = \"{}B/s\"\n", bw.round())
+    });
     format!(
         r#"
 [gateway]
@@ -290,6 +338,7 @@ data_dir = "{gw}"
 listen = "127.0.0.1:0"
 data_dir = "{ag}"
 upstream = "{upstream}"
+{scheduled}
 
 [[tenant]]
 id = "bench"
@@ -335,15 +384,23 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
     );
     let report = super::runtime()?.block_on(async move {
         let (mut directs, mut arounds, mut agents) = (Series::default(), None, Series::default());
+        let mut scheduled: Option<Series> = None;
+        let local = args.local_capacity.map(|r| r.0);
+        let kinds: Vec<Kind> = Kind::ALL
+            .into_iter()
+            .filter(|k| *k != Kind::Scheduled || local.is_some())
+            .collect();
         for round in 0..args.rounds {
             let round_dir = dir.join(format!("round-{round}"));
             // Rotate the order: whichever goes later finds the others' files on disk.
-            for k in 0..Kind::ALL.len() {
-                let kind = Kind::ALL[(round + k) % Kind::ALL.len()];
-                let node = if kind == Kind::Agent {
-                    Some(Node::start(&round_dir, capacity, drain_rate).await?)
-                } else {
-                    None
+            for k in 0..kinds.len() {
+                let kind = kinds[(round + k) % kinds.len()];
+                let node = match kind {
+                    Kind::Agent => Some(Node::start(&round_dir, capacity, drain_rate, None).await?),
+                    Kind::Scheduled => {
+                        Some(Node::start(&round_dir, capacity, drain_rate, local).await?)
+                    }
+                    Kind::Direct | Kind::AroundCache => None,
                 };
                 sluice_bench::gateway::drop_page_cache();
                 let cpu = cpu_seconds();
@@ -390,7 +447,7 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                     m.seconds,
                     total as f64 / m.seconds / 1_048_576.0,
                     m.cpu_s_per_gib,
-                    if kind == Kind::Agent {
+                    if matches!(kind, Kind::Agent | Kind::Scheduled) {
                         " incl. client, drain and gateway"
                     } else {
                         ""
@@ -400,6 +457,7 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                     Kind::Direct => directs.push(m),
                     Kind::AroundCache => arounds.get_or_insert_with(Series::default).push(m),
                     Kind::Agent => agents.push(m),
+                    Kind::Scheduled => scheduled.get_or_insert_with(Series::default).push(m),
                 }
             }
             std::fs::remove_dir_all(&round_dir)
@@ -414,6 +472,10 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
             ratio_fastest: agents.fastest_s / directs.fastest_s,
             ratio_median_o_direct: arounds.as_ref().map(|o| agents.median_s / o.median_s),
             ratio_fastest_o_direct: arounds.as_ref().map(|o| agents.fastest_s / o.fastest_s),
+            local_capacity_bytes_per_s: local,
+            ratio_median_scheduled: scheduled.as_ref().map(|s| s.median_s / agents.median_s),
+            ratio_fastest_scheduled: scheduled.as_ref().map(|s| s.fastest_s / agents.fastest_s),
+            scheduled,
             direct: directs,
             o_direct: arounds,
             agent: agents,
@@ -435,17 +497,22 @@ struct Node {
 }
 
 impl Node {
-    async fn start(dir: &Path, capacity: u64, drain_rate: f64) -> anyhow::Result<Self> {
+    async fn start(
+        dir: &Path,
+        capacity: u64,
+        drain_rate: f64,
+        local: Option<f64>,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         // The gateway first (its port is the agent's upstream).
         let gw_config = Config::parse(
-            &config_text(dir, "http://127.0.0.1:1", capacity, drain_rate),
+            &config_text(dir, "http://127.0.0.1:1", capacity, drain_rate, local),
             &dir.join("bench.toml"),
         )?;
         let gateway = super::gateway::start(&gw_config).await?;
         let upstream = format!("http://{}", gateway.addr);
         let config = Config::parse(
-            &config_text(dir, &upstream, capacity, drain_rate),
+            &config_text(dir, &upstream, capacity, drain_rate, local),
             &dir.join("bench.toml"),
         )?;
         let agent = super::agent::start(&config).await?;
@@ -531,6 +598,7 @@ mod tests {
             drain_rate: Rate(1_048_576.0),
             rounds: 1,
             json: None,
+            local_capacity: None,
         }
     }
 
