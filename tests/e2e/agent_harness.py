@@ -28,13 +28,20 @@ class LocalSpec:
     interval: str | None = None
     limit: str | None = None
     retention: str | int | None = None
+    # The tenant's share of the node's local device (with `[agent.capacity]` in `extra`).
+    local_reservation: str | None = None
+    local_weight: float | None = None
+    local_limit: str | None = None
 
     def toml(self) -> str:
         out = []
-        for k in ["local_capacity", "drain_rate", "interval", "limit"]:
+        for k in ["local_capacity", "drain_rate", "interval", "limit", "local_reservation",
+                  "local_limit"]:
             v = getattr(self, k)
             if v is not None:
                 out.append(f'{k} = "{v}"')
+        if self.local_weight is not None:
+            out.append(f"local_weight = {self.local_weight}")
         if self.retention is not None:
             r = self.retention
             out.append(f"retention = {r}" if isinstance(r, int) else f'retention = "{r}"')
