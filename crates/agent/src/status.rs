@@ -57,6 +57,9 @@ pub struct TenantStatus {
     pub drained_objects_total: u64,
     pub drain_errors_total: u64,
     pub evicted_bytes_total: u64,
+    /// Stored chunks of this node's copies that failed their checksum when read (a GET, a
+    /// copy or the drain's read-back; each read refused): `sluice_integrity_errors_total`.
+    pub integrity_errors_total: u64,
     pub last_error: Option<ErrorInfo>,
 }
 
@@ -89,6 +92,12 @@ pub fn snapshot(
             .min();
         let markers = journal.markers(&id)?;
         let local = journal.catalog().ledger().usage(&id);
+        let integrity_errors = drain
+            .admission()
+            .metrics()
+            .tenant(&id)
+            .integrity_errors
+            .load(std::sync::atomic::Ordering::Relaxed);
         let row = drain.with_tenants(|all| {
             let t = all.get(&id)?;
             let measured = t.measured_rate(now);
@@ -122,6 +131,7 @@ pub fn snapshot(
                 drained_objects_total: t.drained_objects_total,
                 drain_errors_total: t.errors_total,
                 evicted_bytes_total: t.evicted_bytes_total,
+                integrity_errors_total: integrity_errors,
                 last_error: t.last_error.clone(),
             })
         });

@@ -1,5 +1,14 @@
 //! One put's transfer: the local copy read back and checked, a single PUT or a resumable
 //! multipart upload, and the HEAD that verifies it upstream.
+//!
+//! The read-back is verified before anything of it is sent (issue #30): blobs through the
+//! verifying reader, chunk by chunk against their record's checksums; an inline body against
+//! its record's CRC; then the whole body against the CRC taken when it was acknowledged. A
+//! copy that fails is never uploaded: the op fails as `DrainError::Local` (permanent, shown
+//! in status, logged at error once) and is counted in the node's
+//! `sluice_integrity_errors_total{tenant}`.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -7,6 +16,7 @@ use md5::{Digest, Md5};
 use object_store::PutPayload;
 use sluice_md5::Md5Stream;
 use sluice_meta::MetaError;
+use sluice_s3::blob::integrity::{self, ReadLabel};
 use sluice_store::Crc;
 use tokio::time::Instant;
 
@@ -55,13 +65,21 @@ impl Drain {
         let chunks: Result<Vec<Bytes>, String> = if object.inline {
             self.read_inline(op, object, range).await?
         } else {
-            let stream = self.blobs.read(
+            let stream = self.blobs.read_labeled(
                 &self.admission.local_pacer(&op.tenant),
+                &label(op),
                 &object.segments,
                 range,
                 None,
             );
-            stream.try_collect().await.map_err(|e| e.to_string())
+            stream.try_collect().await.map_err(|e| {
+                if integrity::is_corrupt(&e) {
+                    // Logged with the object by the reader; counted where the node's
+                    // metrics are.
+                    self.corrupt(&op.tenant);
+                }
+                e.to_string()
+            })
         };
         match chunks {
             Ok(chunks) => {
@@ -106,6 +124,13 @@ impl Drain {
         };
         Ok(match found {
             Some((current, Some(body))) if current == *object => {
+                if let Some(Err(corrupt)) =
+                    integrity::check_inline(object.inline_checksums.as_deref(), &body)
+                {
+                    let metrics = self.admission.metrics().tenant(&op.tenant);
+                    let e = integrity::report(&metrics, &op.tenant, &label(op), corrupt);
+                    return Ok(Err(e.to_string()));
+                }
                 let body = Bytes::from(body);
                 let to = usize::try_from(range.end)
                     .unwrap_or(usize::MAX)
@@ -117,6 +142,15 @@ impl Drain {
         })
     }
 
+    /// Counts a local copy that failed its checksum in the node's per-tenant metrics.
+    fn corrupt(&self, tenant: &str) {
+        self.admission
+            .metrics()
+            .tenant(tenant)
+            .integrity_errors
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub(super) async fn put(&self, op: &Op) -> Result<Outcome, DrainError> {
         let OpKind::Put { object, crc } = &op.kind else {
             return Err(DrainError::Task("not a put".into()));
@@ -126,7 +160,7 @@ impl Drain {
             else {
                 return Ok(Outcome::Superseded);
             };
-            check_crc(op, *crc, got)?;
+            check_crc(op, *crc, got).inspect_err(|_| self.corrupt(&op.tenant))?;
             self.pace(&op.tenant, object.size).await;
             let payload: PutPayload = chunks.into_iter().collect();
             let etag = self
@@ -248,7 +282,7 @@ impl Drain {
             .parts
             .values()
             .fold(Crc::default(), |acc, p| acc.then(p.crc));
-        check_crc(op, crc, whole)?;
+        check_crc(op, crc, whole).inspect_err(|_| self.corrupt(&op.tenant))?;
         let mut md5 = Md5::new();
         for p in progress.parts.values() {
             md5.update(unhex(&p.etag).unwrap_or_default());
@@ -277,6 +311,14 @@ impl Drain {
     async fn record(&self, seq: u64, p: Option<UploadProgress>) -> Result<bool, DrainError> {
         self.blocking(move |j| j.set_upload(seq, p)).await
     }
+}
+
+/// The object an op is of, for the error log of a read that fails its checksum.
+fn label(op: &Op) -> Arc<ReadLabel> {
+    Arc::new(ReadLabel {
+        bucket: op.bucket.clone(),
+        key: op.key.clone(),
+    })
 }
 
 pub(super) fn check_crc(op: &Op, expected: Option<Crc>, got: Crc) -> Result<(), DrainError> {
