@@ -31,10 +31,13 @@ impl Front {
                 "versioning is not enabled".into(),
             ));
         }
+        // One header, its values comma-separated (s3s hands it over as one value).
         let asked: Vec<&str> = input
             .object_attributes
             .iter()
-            .map(dto::ObjectAttributes::as_str)
+            .flat_map(|a| a.as_str().split(','))
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
             .collect();
         if asked.is_empty() {
             return Err(ApiError::InvalidArgument(
