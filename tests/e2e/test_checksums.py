@@ -172,11 +172,9 @@ def test_a_crc32_upload_returns_its_crc32(gateway, alice, bucket, size):
     body = os.urandom(size)
     alice.put_object(Bucket=bucket, Key="k", Body=body)  # botocore sends CRC32
     get, head = stored(alice, bucket, "k")
-    if size > 16 * 1024:
-        assert get["ChecksumCRC32"] == head["ChecksumCRC32"] == crc32_b64(body)
-    else:
-        # An inline object keeps no client checksum: its CRC-64/NVME is returned.
-        assert get["ChecksumCRC64NVME"] == head["ChecksumCRC64NVME"] == crc64nvme_b64(body)
+    # An inline object keeps its client's checksum in its record too.
+    assert get["ChecksumCRC32"] == head["ChecksumCRC32"] == crc32_b64(body)
+    assert "ChecksumCRC64NVME" not in get
     assert get["ChecksumType"] == head["ChecksumType"] == "FULL_OBJECT"
     # Without the mode (botocore sends it on every GET unless told not to), no checksum.
     plain = gateway.client("alice", response_checksum_validation="when_required").get_object(
@@ -203,6 +201,20 @@ def test_an_upload_without_a_checksum_returns_its_crc64nvme(gateway, bucket):
     # A range returns none (S3 returns a whole object's checksum only).
     part = s3.get_object(Bucket=bucket, Key="k", Range="bytes=0-99", ChecksumMode="ENABLED")
     assert "ChecksumCRC64NVME" not in part
+
+
+@pytest.mark.parametrize("size", [0, 5_000, 3 * MiB + 17])  # empty and inline, in a blob
+def test_a_put_without_a_checksum_answers_its_crc64nvme_as_s3_does(gateway, bucket, size):
+    """S3 keeps a CRC-64/NVME of every upload since 2024 and answers it when the client sent
+    no checksum; boto3 takes the answer as it is."""
+    s3 = gateway.client("alice", request_checksum_calculation="when_required")
+    body = os.urandom(size)
+    put = s3.put_object(Bucket=bucket, Key="k", Body=body)
+    assert put["ChecksumCRC64NVME"] == crc64nvme_b64(body)
+    assert put["ChecksumType"] == "FULL_OBJECT"
+    assert "ChecksumCRC32" not in put
+    get, head = stored(s3, bucket, "k")
+    assert get["ChecksumCRC64NVME"] == head["ChecksumCRC64NVME"] == put["ChecksumCRC64NVME"]
 
 
 def test_a_multipart_crc32_upload_returns_the_composite_of_its_parts(alice, bucket):
@@ -236,3 +248,39 @@ def test_the_aws_cli_validates_a_download_with_the_stored_checksum(gateway, buck
                           "--key", "cli", "--checksum-mode", "ENABLED", str(out)))
     assert meta["ChecksumCRC32"] == crc32_b64(body)
     assert out.read_bytes() == body
+
+
+def test_get_object_attributes_answers_the_stored_checksum_size_and_parts(alice, bucket):
+    """GetObjectAttributes, as boto3 calls it: the same stored checksum a GET with
+    ChecksumMode returns, the size, the ETag, the part count of a multipart object."""
+    attributes = ["ETag", "Checksum", "ObjectParts", "ObjectSize", "StorageClass"]
+    for key, size in [("inline", 5_000), ("blob", 300_000)]:
+        body = os.urandom(size)
+        alice.put_object(Bucket=bucket, Key=key, Body=body)  # botocore sends CRC32
+        a = alice.get_object_attributes(Bucket=bucket, Key=key, ObjectAttributes=attributes)
+        assert a["ObjectSize"] == size
+        assert a["ETag"].strip('"') == hashlib.md5(body).hexdigest()
+        assert a["Checksum"]["ChecksumCRC32"] == crc32_b64(body)
+        assert a["Checksum"]["ChecksumType"] == "FULL_OBJECT"
+        assert a["StorageClass"] == "STANDARD"
+        assert "ObjectParts" not in a
+    parts = [os.urandom(5 * MiB), os.urandom(MiB + 3)]
+    up = alice.create_multipart_upload(Bucket=bucket, Key="mp", ChecksumAlgorithm="CRC32")
+    done = []
+    for i, p in enumerate(parts, 1):
+        r = alice.upload_part(Bucket=bucket, Key="mp", UploadId=up["UploadId"], PartNumber=i,
+                              Body=p, ChecksumAlgorithm="CRC32")
+        done.append({"PartNumber": i, "ETag": r["ETag"], "ChecksumCRC32": r["ChecksumCRC32"]})
+    alice.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=up["UploadId"],
+                                    MultipartUpload={"Parts": done})
+    a = alice.get_object_attributes(Bucket=bucket, Key="mp", ObjectAttributes=attributes)
+    assert a["ObjectParts"]["TotalPartsCount"] == 2
+    assert a["ObjectSize"] == sum(len(p) for p in parts)
+    assert a["Checksum"]["ChecksumType"] == "COMPOSITE"
+    assert a["Checksum"]["ChecksumCRC32"].endswith("-2")
+    # Only what was asked for is answered; an unknown attribute is refused.
+    a = alice.get_object_attributes(Bucket=bucket, Key="blob", ObjectAttributes=["ObjectSize"])
+    assert a["ObjectSize"] == 300_000 and "Checksum" not in a and "ETag" not in a
+    with pytest.raises(ClientError) as e:
+        alice.get_object_attributes(Bucket=bucket, Key="nope", ObjectAttributes=["ETag"])
+    assert code(e) == "NoSuchKey"
