@@ -10,7 +10,10 @@
 //! - `rate_limit`: static per-tenant caps only (like Ceph RGW or Lustre TBF);
 //! - `dmclock`: sluice's scheduler, victim with a reservation;
 //! - `dmclock_agent`: dmClock, and the aggressor writes through a node agent that absorbs the
-//!   burst on local disk and drains it to the tier paced to its checkpoint interval.
+//!   burst on local disk and drains it to the tier paced to its checkpoint interval;
+//! - `dmclock_scrub`: dmClock with the gateway's continuous scrub over a pre-filled store
+//!   ([`scrub`]: a background class of the scheduler that wants the whole idle tier);
+//! - `solo_scrub`: the victim alone beside the same scrub, which then has most of the tier.
 //!
 //! Then the same two tenants on one node agent whose local device the burst saturates
 //! ([`node`]: `node_solo`, `node_fifo`, `node_dmclock`).
@@ -36,6 +39,7 @@ use crate::procs::{self, ACCESS_KEY, SECRET_KEY};
 use crate::stats::Latencies;
 
 pub mod node;
+pub mod scrub;
 
 const MIB: f64 = 1024.0 * 1024.0;
 const VICTIM_KEY: &str = "AKIDVICTIM00000TEST";
@@ -148,6 +152,9 @@ pub struct Scenario {
     /// Node scenarios: bytes the node's local device moved over its capacity × time.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub local_utilization: Option<f64>,
+    /// `dmclock_scrub`: bytes per second the gateway's scrub read over the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrub_bps: Option<f64>,
     #[serde(skip)]
     pub latencies: Latencies,
 }
@@ -166,15 +173,19 @@ pub enum Kind {
     RateLimit,
     DmClock,
     DmClockAgent,
+    DmClockScrub,
+    SoloScrub,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 5] = [
+    pub const ALL: [Kind; 7] = [
         Self::Solo,
         Self::Fifo,
         Self::RateLimit,
         Self::DmClock,
         Self::DmClockAgent,
+        Self::DmClockScrub,
+        Self::SoloScrub,
     ];
 
     pub fn name(self) -> &'static str {
@@ -184,6 +195,8 @@ impl Kind {
             Self::RateLimit => "rate_limit",
             Self::DmClock => "dmclock",
             Self::DmClockAgent => "dmclock_agent",
+            Self::DmClockScrub => scrub::NAME,
+            Self::SoloScrub => scrub::SOLO_NAME,
         }
     }
 }
@@ -198,18 +211,25 @@ fn gateway_toml(cfg: &Config, kind: Kind) -> (String, String) {
             cfg.tier_ops,
             cfg.grain_bytes
         ),
-        Kind::Solo | Kind::DmClock | Kind::DmClockAgent => format!(
+        Kind::Solo
+        | Kind::DmClock
+        | Kind::DmClockAgent
+        | Kind::DmClockScrub
+        | Kind::SoloScrub => format!(
             "[gateway.capacity]\nbandwidth = {}\nops = {}\npolicy = \"dmclock\"\nqueue_depth = 1024\ngrain = {}\n",
             mib(cfg.tier_bandwidth_bps),
             cfg.tier_ops,
             cfg.grain_bytes
         ),
     };
-    let extra = format!(
+    let mut extra = format!(
         "{capacity}[backend.emulate]\nbandwidth = {}\nops = {}\n",
         mib(cfg.tier_bandwidth_bps),
         cfg.tier_ops
     );
+    if matches!(kind, Kind::DmClockScrub | Kind::SoloScrub) {
+        extra.push_str(&scrub::gateway_toml(cfg));
+    }
     // The benchmark tenant `bench` is the aggressor; `victim` reads.
     let (victim_qos, aggressor_qos) = match kind {
         Kind::RateLimit => (
@@ -417,15 +437,19 @@ pub async fn scenario(
             .put(&format!("shard-{i}"), shard.clone())
             .await?;
     }
+    if matches!(kind, Kind::DmClockScrub | Kind::SoloScrub) {
+        scrub::prefill(&tier_view, cfg).await?;
+    }
     // Made before the clock starts: generating it is not part of any measurement.
     let body = payload(cfg.aggressor_object_bytes as usize, cfg.seed ^ 0xA66);
 
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(cfg.seconds);
     let bytes_before = tier_bytes(metrics_port).await;
+    let scrubbed_before = scrub::scrubbed_bytes(metrics_port).await;
     let aggressor_bytes = Arc::new(AtomicU64::new(0));
     let first_stall = Arc::new(std::sync::Mutex::new(None::<f64>));
-    let aggressor_task = (kind != Kind::Solo).then(|| {
+    let aggressor_task = (!matches!(kind, Kind::Solo | Kind::SoloScrub)).then(|| {
         tokio::spawn(aggressor(
             aggressor_client,
             body,
@@ -456,6 +480,9 @@ pub async fn scenario(
     };
     let elapsed = start.elapsed().as_secs_f64();
     let bytes_after = tier_bytes(metrics_port).await;
+    let scrubbed = scrub::scrubbed_bytes(metrics_port)
+        .await
+        .saturating_sub(scrubbed_before);
     if let Some(t) = aggressor_task {
         t.abort();
     }
@@ -484,12 +511,14 @@ pub async fn scenario(
         aggressor_bytes: aggressor_bytes.load(Ordering::Relaxed),
         tier_utilization: bytes_after.saturating_sub(bytes_before) as f64
             / (cfg.tier_bandwidth_bps * elapsed),
-        drain_completion_s: if kind == Kind::Solo {
+        drain_completion_s: if matches!(kind, Kind::Solo | Kind::SoloScrub) {
             None
         } else {
             drain_completion_s
         },
         local_utilization: None,
+        scrub_bps: matches!(kind, Kind::DmClockScrub | Kind::SoloScrub)
+            .then(|| scrubbed as f64 / elapsed),
         latencies,
     })
 }
@@ -546,6 +575,14 @@ pub fn table(r: &Report) -> String {
             // Node scenarios: the local device's use instead of the tier's.
             s.local_utilization.unwrap_or(s.tier_utilization) * 100.0,
             s.victim_errors
+        );
+    }
+    for s in r.scenarios.iter().filter(|s| s.scrub_bps.is_some()) {
+        let _ = writeln!(
+            out,
+            "{}: the gateway's scrub read {:.1} MiB/s beside the tenants",
+            s.name,
+            s.scrub_bps.unwrap_or(0.0) / MIB
         );
     }
     out

@@ -280,6 +280,8 @@ struct Scenario {
     tier_utilization: Option<f64>,
     drain_completion_s: Option<f64>,
     local_utilization: Option<f64>,
+    /// `dmclock_scrub`, `solo_scrub`: what the gateway's scrub read (absent elsewhere).
+    scrub_bps: Option<f64>,
 }
 
 /// The report in `src`, `None` when there is none.
@@ -787,6 +789,7 @@ fn noisy_figures(src: &Source) -> Result<String, ReportError> {
             opt_percent(s.local_utilization),
         );
     }
+    out.push_str(&scrub::note(&r.scenarios));
     Ok(out)
 }
 
@@ -823,6 +826,7 @@ fn noisy_summary(src: &Source) -> Result<String, ReportError> {
             opt_percent(s.local_utilization),
         );
     }
+    out.push_str(&scrub::note(&r.scenarios));
     Ok(out)
 }
 
@@ -974,5 +978,6 @@ fn rate_text(bps: f64) -> String {
 }
 
 mod catalogs;
+mod scrub;
 #[cfg(test)]
 mod tests;

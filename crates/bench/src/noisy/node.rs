@@ -264,6 +264,7 @@ pub async fn scenario(
             bytes_after.saturating_sub(bytes_before) as f64
                 / (cfg.node.local_bandwidth_bps * elapsed),
         ),
+        scrub_bps: None,
         latencies,
     })
 }

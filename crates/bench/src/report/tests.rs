@@ -334,6 +334,7 @@ fn the_real_reports_serialize_to_what_the_renderer_reads() {
             tier_utilization: 0.96,
             drain_completion_s: Some(16.0),
             local_utilization: None,
+            scrub_bps: None,
             latencies: crate::stats::Latencies::default(),
         }],
     };
