@@ -550,6 +550,19 @@ impl Engine for PgCatalog {
         self.inner.tenants().map(Some)
     }
 
+    fn change_tenant(
+        &self,
+        change: &sluice_meta::TenantChange,
+        who: &str,
+    ) -> Result<std::result::Result<Option<sluice_meta::TenantSpec>, sluice_meta::TenantRefusal>>
+    {
+        self.inner.change_tenant(change, who)
+    }
+
+    fn tenant_history(&self, tenant: Option<&str>) -> Result<Vec<sluice_meta::AuditEntry>> {
+        self.inner.tenant_history(tenant)
+    }
+
     fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
         self.inner.release_lease(name, holder)
     }

@@ -12,7 +12,9 @@
 //! Version 2 adds `escrow` (headroom granted per tenant and gateway) and the leases'
 //! `generation` (see `escrow`). Version 3 adds `tenants` and `tenant_keys` (see `tenants`;
 //! a limit of `NULL` is none). Version 4 adds `agent_escrow`: node agents' escrow of a
-//! tenant's quota, each row its own lease (`expires_ms`; see `escrow`).
+//! tenant's quota, each row its own lease (`expires_ms`; see `escrow`). Version 5 adds
+//! several keys per tenant with an expiry and a revocation time, whether a tenant was changed
+//! online (`tenants.online`), and `tenant_audit`, the record of every administrative change.
 
 use sluice_meta::MetaError;
 
@@ -91,6 +93,19 @@ CREATE TABLE agent_escrow (
     bytes BIGINT NOT NULL,
     expires_ms BIGINT NOT NULL,
     PRIMARY KEY (tenant, holder)
+);
+",
+    "
+ALTER TABLE tenants ADD COLUMN online BOOLEAN NOT NULL DEFAULT FALSE;
+ALTER TABLE tenant_keys ADD COLUMN expires_ms BIGINT;
+ALTER TABLE tenant_keys ADD COLUMN revoked_ms BIGINT;
+CREATE TABLE tenant_audit (
+    seq BIGSERIAL PRIMARY KEY,
+    at_ms BIGINT NOT NULL,
+    who TEXT NOT NULL,
+    tenant BYTEA NOT NULL,
+    action TEXT NOT NULL,
+    detail TEXT NOT NULL
 );
 ",
 ];

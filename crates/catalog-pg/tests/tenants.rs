@@ -13,10 +13,8 @@ fn spec(id: &str, capacity: u64, key: &str) -> TenantSpec {
         reservation: 1e6,
         weight: 2.0,
         limit: None,
-        keys: vec![TenantKeySpec {
-            access_key: key.into(),
-            secret_key: format!("{key}-secret"),
-        }],
+        keys: vec![TenantKeySpec::new(key, format!("{key}-secret"), 1)],
+        online: false,
     }
 }
 

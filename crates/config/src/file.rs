@@ -10,6 +10,7 @@ pub struct FileConfig {
     pub backend: Option<FileBackend>,
     pub agent: Option<FileAgent>,
     pub catalog: Option<crate::catalog::FileCatalog>,
+    pub admin: Option<crate::admin::FileAdmin>,
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<FileTenant>,
 }
@@ -68,7 +69,6 @@ pub struct FileAgent {
     pub tls_key: Option<String>,
     pub upstream_ca: Option<String>,
     pub escrow_lease: Option<HumanDuration>,
-}
     pub capacity: Option<FileAgentCapacity>,
     pub emulate: Option<FileDevice>,
 }
@@ -84,6 +84,7 @@ pub struct FileAgentCapacity {
     pub queue_depth: Option<usize>,
     pub grain: Option<ByteSize>,
     pub uplink: Option<Rate>,
+}
 
 /// A string or a list of strings (`upstream = "http://gw:9000"` or `upstream = [...]`).
 #[derive(Debug, Deserialize)]
@@ -115,10 +116,10 @@ pub struct FileTenant {
     pub weight: Option<f64>,
     pub limit: Option<Rate>,
     pub local_capacity: Option<ByteSize>,
-    pub drain_rate: Option<Rate>,
     pub local_reservation: Option<Rate>,
     pub local_weight: Option<f64>,
     pub local_limit: Option<Rate>,
+    pub drain_rate: Option<Rate>,
     pub interval: Option<HumanDuration>,
     pub retention: Option<FileRetention>,
     pub commit_markers: Option<Vec<String>>,

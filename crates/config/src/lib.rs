@@ -9,15 +9,17 @@
 //!
 //! This crate owns no I/O beyond reading the file it is pointed at.
 
+mod admin;
 mod catalog;
 mod scrub;
 mod file;
-mod validate;
 mod node;
+mod validate;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use admin::AdminConfig;
 pub use catalog::CatalogConfig;
 pub use scrub::ScrubConfig;
 pub use file::FileConfig;
@@ -57,6 +59,8 @@ pub struct Config {
     pub tenants: Vec<Tenant>,
     /// `[catalog]`: a shared catalog database; `None`, the embedded one under `data_dir`.
     pub catalog: Option<CatalogConfig>,
+    /// `[admin]`: the administration's credentials and the seal key of tenants' secrets.
+    pub admin: AdminConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -155,10 +159,6 @@ pub struct AgentConfig {
     /// its last renewal (renewed every third of it); a dead agent's escrow returns after
     /// this. 1 s to 10 min, default 30 s.
     pub escrow_lease: std::time::Duration,
-}
-
-/// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).
-pub const DEFAULT_MAX_BUCKETS: u64 = 1000;
     /// `[agent.capacity]`: the node's local device, shared among the node's tenants by their
     /// `local_reservation`, `local_weight` and `local_limit`. `None`: no scheduling on the
     /// node (every local transfer is issued at once, in arrival order).
@@ -169,6 +169,10 @@ pub const DEFAULT_MAX_BUCKETS: u64 = 1000;
     pub uplink: Option<f64>,
     /// `[agent.emulate]`: the agent's local store behind an emulated device (benchmarks).
     pub emulate: Option<Device>,
+}
+
+/// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).
+pub const DEFAULT_MAX_BUCKETS: u64 = 1000;
 
 /// A tenant: identity, keys, and its share of each isolation boundary.
 #[derive(Debug, Clone)]
@@ -196,10 +200,6 @@ pub struct Qos {
     pub limit: Option<f64>,
 }
 
-/// The node agent's per-tenant settings.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LocalSpec {
-    pub local_capacity: u64,
 impl Default for Qos {
     /// No reservation, weight 1, no limit.
     fn default() -> Self {
@@ -211,18 +211,22 @@ impl Default for Qos {
     }
 }
 
+/// The node agent's per-tenant settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalSpec {
+    pub local_capacity: u64,
     pub drain_rate: Option<f64>,
     pub interval: Option<Duration>,
     pub retention: Retention,
     pub commit_markers: Vec<String>,
-}
-
-/// How much durable-upstream data the agent keeps on local disk for fast restores.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
     /// The tenant's share of the node's local device (`local_reservation`, `local_weight`,
     /// `local_limit`), used when `[agent.capacity]` is set; its weight also shares the drain's
     /// uplink.
     pub local_qos: Qos,
+}
+
+/// How much durable-upstream data the agent keeps on local disk for fast restores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retention {
     /// Keep the newest N checkpoint prefixes.
     Checkpoints(u32),

@@ -181,6 +181,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         agent,
         tenants,
         catalog: crate::catalog::validate(file.catalog)?,
+        admin: crate::admin::validate(file.admin, base)?,
     })
 }
 
@@ -326,12 +327,12 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
             ));
         }
     }
-    let retention = match t.retention {
     let local_qos = crate::node::local_qos(
         t.local_reservation.map(|r| r.0),
         t.local_weight,
         t.local_limit.map(|r| r.0),
     )?;
+    let retention = match t.retention {
         None => Retention::Checkpoints(2),
         Some(FileRetention::Checkpoints(n)) => Retention::Checkpoints(n),
         Some(FileRetention::Bytes(b)) => Retention::Bytes(b.0),
@@ -376,8 +377,8 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
             interval,
             retention,
             commit_markers,
-        },
             local_qos,
+        },
     })
 }
 

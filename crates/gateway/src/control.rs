@@ -34,7 +34,8 @@ use tokio::sync::watch;
 /// How long `/readyz` waits for the catalog and for the backend.
 pub const READY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
-use crate::{GatewayError, gateway_section, server::tenant_keys};
+use crate::admin::Sealer;
+use crate::{GatewayError, gateway_section};
 
 /// What a running gateway exposes for observation and reload.
 #[derive(Clone)]
@@ -53,6 +54,10 @@ pub struct Control {
     pub(crate) tls: Option<ServerTls>,
     /// The continuous scrub (`[gateway.scrub]`; see `scrub`).
     pub(crate) scrub: Arc<crate::scrub::Scrub>,
+    /// The seal key of tenants' secrets in the catalog (see `admin::seal`).
+    pub(crate) sealer: Arc<Sealer>,
+    /// The bearer token `POST /admin` requires (see `admin`); `None`: no admin endpoint.
+    pub(crate) admin_token: Option<Arc<str>>,
 }
 
 /// Puts the configured tenants' capacity limits into the ledger: bytes, objects (with uploads
@@ -184,16 +189,10 @@ impl Control {
                 ));
             }
         };
-        // A shared catalog's tenants are served: the file's are seeded into it first.
-        let (new, keys) = if let Some(specs) = crate::tenants::seed(&self.catalog, &new).await? {
-            (
-                crate::tenants::adopt(&new, &specs),
-                crate::tenants::keys_of(&specs),
-            )
-        } else {
-            let keys = tenant_keys(&new);
-            (new, keys)
-        };
+        // The catalog's tenants are served: the file's are seeded into it first.
+        let specs = crate::tenants::seed(&self.catalog, &new, &self.sealer).await?;
+        let keys = crate::tenants::keys_of(&specs, &self.sealer);
+        let new = crate::tenants::adopt(&new, &specs, &keys);
         if let Some(th) = &self.throttle {
             th.update(tenant_specs(&new)?)
                 .await
@@ -216,7 +215,17 @@ impl Control {
         Ok(())
     }
 
-    /// Serves the shared catalog's tenants `specs` (quotas, rates and keys), keeping the
+    /// Reads the catalog's tenants and serves them (after an admin change).
+    pub(crate) async fn serve_catalog_tenants(&self) -> Result<(), GatewayError> {
+        let catalog = Arc::clone(&self.catalog);
+        let specs = tokio::task::spawn_blocking(move || catalog.tenants())
+            .await
+            .map_err(|e| GatewayError::Join(e.to_string()))??
+            .unwrap_or_default();
+        self.serve_tenants(&specs).await
+    }
+
+    /// Serves the catalog's tenants `specs` (quotas, rates and live keys), keeping the
     /// rest of the running configuration (see `tenants`).
     pub(crate) async fn serve_tenants(
         &self,
@@ -228,14 +237,15 @@ impl Control {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
-        let new = crate::tenants::adopt(&current, specs);
+        let keys = crate::tenants::keys_of(specs, &self.sealer);
+        let new = crate::tenants::adopt(&current, specs, &keys);
         if let Some(th) = &self.throttle {
             th.update(tenant_specs(&new)?)
                 .await
                 .map_err(|e| GatewayError::Reload(e.to_string()))?;
         }
         set_tenant_limits(self.catalog.ledger(), &new);
-        self.tenants.replace(crate::tenants::keys_of(specs));
+        self.tenants.replace(keys);
         for t in &new.tenants {
             self.metrics.tenant(&t.id);
         }
@@ -246,7 +256,8 @@ impl Control {
         Ok(())
     }
 
-    /// Serves `/metrics`, `/healthz` and `/readyz` on `listener` until `stop` changes.
+    /// Serves `/metrics`, `/healthz`, `/readyz` and `POST /admin` (see `admin`) on
+    /// `listener` until `stop` changes.
     pub fn serve_metrics(
         self,
         listener: TcpListener,
@@ -254,7 +265,12 @@ impl Control {
     ) -> tokio::task::JoinHandle<()> {
         let svc = service_fn(move |req: Request<hyper::body::Incoming>| {
             let control = self.clone();
-            async move { Ok::<_, Infallible>(control.answer(&req).await) }
+            async move {
+                if req.uri().path().starts_with(crate::admin::ADMIN_PATH) {
+                    return control.admin(req).await;
+                }
+                Ok::<_, Infallible>(control.answer(&req).await)
+            }
         });
         tokio::spawn(sluice_serve::serve_http(
             listener,
@@ -295,7 +311,7 @@ impl Control {
             _ => (
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "not found; try /metrics, /healthz or /readyz\n".to_owned(),
+                "not found; try /metrics, /healthz, /readyz or POST /admin\n".to_owned(),
             ),
         };
         let mut resp = Response::new(Full::new(Bytes::from(body)));

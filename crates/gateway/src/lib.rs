@@ -20,6 +20,7 @@
 //! period, then the process exits. A kill -9 at any point is safe by the catalog's crash
 //! model (see `sluice-meta`): the next start reconciles.
 
+pub mod admin;
 mod control;
 pub mod scrub;
 mod server;
@@ -64,6 +65,9 @@ pub enum GatewayError {
     /// The S3 listener's certificate or key (`tls_cert`, `tls_key`) could not be used.
     #[error("TLS: {0}")]
     Tls(#[from] sluice_serve::tls::TlsError),
+    /// The seal key of tenants' secrets could not be read (`[admin] seal_key_file`).
+    #[error("{0}")]
+    Seal(#[from] admin::SealError),
     /// `key` is the configuration key that named the address (`[gateway] listen`).
     #[error("cannot listen on {addr} (`{key}`): {source}")]
     Listen {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use sluice_config::{Config, Policy};
 use sluice_meta::Catalog;
 use sluice_metrics::Metrics;
-use sluice_s3::{BlobStore, Front, FrontConfig, ReconcileSummary, TenantKey, Tenants, reconcile};
+use sluice_s3::{BlobStore, Front, FrontConfig, ReconcileSummary, Tenants, reconcile};
 use sluice_serve::tls::ServerTls;
 use sluice_serve::{HEADER_READ_TIMEOUT, serve};
 use sluice_store::{open_backend, part_size};
@@ -90,18 +90,10 @@ pub struct Running {
     pub control: Control,
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
-}
-
-pub(crate) fn tenant_keys(config: &Config) -> Vec<TenantKey> {
-    config
-        .tenants
-        .iter()
-        .map(|t| TenantKey {
-            tenant: Arc::from(t.id.as_str()),
-            access_key: t.access_key.clone(),
-            secret_key: t.secret_key.clone(),
-        })
-        .collect()
+    /// The background tasks that hold the catalog (the tenants' refresh, the scrub): awaited
+    /// on shutdown, so that the catalog is released when it returns (a restart in the same
+    /// process then opens it).
+    background: Vec<JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -128,14 +120,17 @@ impl Gateway {
                     }
                 })?
         };
-        // With a shared catalog its tenants are served (the file's seeded into it first).
-        let (config, keys) = match crate::tenants::seed(&catalog, config).await? {
-            Some(specs) => (
-                &crate::tenants::adopt(config, &specs),
-                crate::tenants::keys_of(&specs),
-            ),
-            None => (config, tenant_keys(config)),
+        // The catalog's tenants are served (the file's seeded into it first), their secrets
+        // sealed at rest with the seal key (see `admin::seal`).
+        let sealer = Arc::new(crate::admin::sealer(config, true)?);
+        let admin_token = if g.metrics_listen.is_some() {
+            Some(Arc::<str>::from(crate::admin::admin_token(config, true)?))
+        } else {
+            None
         };
+        let specs = crate::tenants::seed(&catalog, config, &sealer).await?;
+        let keys = crate::tenants::keys_of(&specs, &sealer);
+        let config = &crate::tenants::adopt(config, &specs, &keys);
         crate::set_tenant_limits(catalog.ledger(), config);
         let grain = g
             .throttle
@@ -220,6 +215,8 @@ impl Gateway {
             applying: Arc::default(),
             tls: None,
             scrub: crate::scrub::Scrub::new(g.scrub),
+            sealer,
+            admin_token,
         };
         Ok(Self {
             front,
@@ -255,10 +252,8 @@ impl Gateway {
             control.clone().serve_metrics(l, rx.clone());
             a
         });
-        if control.catalog.is_shared() {
-            tokio::spawn(crate::tenants::refresh_loop(control.clone(), rx.clone()));
-        }
-        tokio::spawn(crate::scrub::run(
+        let refresh = tokio::spawn(crate::tenants::refresh_loop(control.clone(), rx.clone()));
+        let scrub = tokio::spawn(crate::scrub::run(
             control.clone(),
             blobs,
             crate::scrub::holder(addr, control.catalog.is_shared()),
@@ -271,6 +266,7 @@ impl Gateway {
             control,
             shutdown: tx,
             task,
+            background: vec![refresh, scrub],
         }
     }
 }
@@ -280,11 +276,17 @@ impl Running {
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
         let _ = self.task.await;
+        for t in self.background {
+            let _ = t.await;
+        }
     }
 
     /// Serves until the task ends (it only ends on shutdown).
     pub async fn wait(self) {
         let _ = self.task.await;
+        for t in self.background {
+            let _ = t.await;
+        }
     }
 
     /// A handle that triggers shutdown from elsewhere (e.g. a signal handler).

@@ -337,19 +337,26 @@ pub trait Engine: Send + Sync {
 
     // ---- tenants ---------------------------------------------------------------------
 
-    /// Inserts the tenants (and their keys) the catalog lacks, in one transaction; a tenant
-    /// it holds already is kept as it is, and reported when `specs` says otherwise. The
-    /// embedded catalog stores no tenants (see `tenants`): nothing to do.
-    fn seed_tenants(&self, specs: &[crate::TenantSpec]) -> Result<crate::SeedReport> {
-        let _ = specs;
-        Ok(crate::SeedReport::default())
-    }
+    /// Seeds the configuration file's tenants `specs` in one transaction (see `tenants`:
+    /// inserted where the catalog lacks them, a difference reported, on the embedded catalog
+    /// a tenant only the file wrote following it), each write audited as `config`.
+    fn seed_tenants(&self, specs: &[crate::TenantSpec]) -> Result<crate::SeedReport>;
 
-    /// Every tenant the catalog holds, by id; `None` when this engine stores no tenants (the
-    /// embedded one: the configuration file's are the tenants).
-    fn tenants(&self) -> Result<Option<Vec<crate::TenantSpec>>> {
-        Ok(None)
-    }
+    /// Every tenant the catalog holds, by id (keys revoked or expired included). `Option`
+    /// for engines that store none; both of sluice's do.
+    fn tenants(&self) -> Result<Option<Vec<crate::TenantSpec>>>;
+
+    /// Applies one administrative change and its audit entry (`who` did it) in one
+    /// transaction; the tenant after it (`None`: removed), or why it was refused, nothing
+    /// changed.
+    fn change_tenant(
+        &self,
+        change: &crate::TenantChange,
+        who: &str,
+    ) -> Result<std::result::Result<Option<crate::TenantSpec>, crate::TenantRefusal>>;
+
+    /// The audit record, oldest first: every entry, or `tenant`'s.
+    fn tenant_history(&self, tenant: Option<&str>) -> Result<Vec<crate::AuditEntry>>;
 }
 
 /// A catalog: a cheap clonable handle over an engine, dereferencing to it.

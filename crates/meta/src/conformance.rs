@@ -12,6 +12,9 @@ use crate::{
     PartRecord, PartSpec, Precondition, Result, Segment, UploadRecord,
 };
 
+mod tenants;
+pub use tenants::*;
+
 /// Opens the engine under test on one store (a fresh one per test).
 pub trait Harness {
     /// Opens the store, or opens it again after the previous handle was dropped (the
@@ -45,7 +48,10 @@ macro_rules! catalog_conformance {
             a_lease_has_one_holder_until_released_or_lapsed,
             an_agents_escrow_holds_quota_others_cannot_take,
             an_upload_from_the_holder_spends_its_escrow_exactly,
-            a_lapsed_escrow_returns_and_a_live_one_survives_reopen);
+            a_lapsed_escrow_returns_and_a_live_one_survives_reopen,
+            tenants_are_seeded_changed_online_with_several_keys_and_audited,
+            a_file_contradicting_a_tenant_changed_online_is_reported_and_the_catalog_kept,
+            an_access_key_belongs_to_one_tenant);
     };
     (@each $harness:expr; $($name:ident),* $(,)?) => {
         $(

@@ -70,7 +70,10 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
-pub use tenants::{SeedReport, TenantKeySpec, TenantSpec};
+pub use tenants::{
+    Applied, AuditEntry, SeedReport, TenantChange, TenantKeySpec, TenantPatch, TenantRefusal,
+    TenantSpec, apply_change, plan_seed,
+};
 
 /// Why a metadata operation failed.
 #[derive(Debug, thiserror::Error)]

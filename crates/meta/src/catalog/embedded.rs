@@ -26,6 +26,7 @@ use crate::{
 mod engine;
 mod escrow;
 mod restore;
+mod tenants;
 mod uploads;
 
 const BUCKETS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("buckets");
@@ -49,6 +50,8 @@ pub struct RedbCatalog {
     ledger: Ledger,
     group: GroupCommit,
     hook: Option<Arc<dyn CommitHook>>,
+    /// Serialises tenant changes' read-then-write (see `tenants`).
+    tenants_lock: Mutex<()>,
 }
 
 /// Group commit: transactions commit in memory (`Durability::None`) and then wait until one
@@ -84,6 +87,8 @@ impl RedbCatalog {
             txn.open_table(USAGE)?;
             txn.open_table(LEASES)?;
             txn.open_table(escrow::AGENT_ESCROW)?;
+            txn.open_table(tenants::TENANTS)?;
+            txn.open_table(tenants::TENANT_AUDIT)?;
         }
         txn.commit()?;
         let catalog = Self {
@@ -91,6 +96,7 @@ impl RedbCatalog {
             ledger: Ledger::default(),
             group: GroupCommit::default(),
             hook: None,
+            tenants_lock: Mutex::new(()),
         };
         let report = catalog.recompute_usage()?;
         catalog.load_escrow()?;

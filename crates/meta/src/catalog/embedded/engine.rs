@@ -16,6 +16,26 @@ impl Engine for RedbCatalog {
         false
     }
 
+    fn seed_tenants(&self, specs: &[crate::TenantSpec]) -> Result<crate::SeedReport> {
+        Self::seed_tenants(self, specs)
+    }
+
+    fn tenants(&self) -> Result<Option<Vec<crate::TenantSpec>>> {
+        Self::tenants(self).map(Some)
+    }
+
+    fn change_tenant(
+        &self,
+        change: &crate::TenantChange,
+        who: &str,
+    ) -> Result<std::result::Result<Option<crate::TenantSpec>, crate::TenantRefusal>> {
+        Self::change_tenant(self, change, who)
+    }
+
+    fn tenant_history(&self, tenant: Option<&str>) -> Result<Vec<crate::AuditEntry>> {
+        Self::tenant_history(self, tenant)
+    }
+
     fn referenced_blobs(&self) -> Result<HashMap<String, HashSet<String>>> {
         Self::referenced_blobs(self)
     }
