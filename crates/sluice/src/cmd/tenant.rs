@@ -358,9 +358,35 @@ async fn direct(
     let sealer = admin::sealer(config, config.catalog.is_none())?;
     let limits = Limits::of(config);
     let catalog = Arc::new(catalog);
-    let mut answer =
+    let listing = matches!(req, AdminRequest::List);
+    let mut answer = {
+        let catalog = Arc::clone(&catalog);
         tokio::task::spawn_blocking(move || admin::execute(&catalog, &sealer, limits, &req, &who))
-            .await??;
+            .await??
+    };
+    if listing && let Some(rows) = answer.as_array_mut() {
+        // The file's tenants the catalog does not hold yet (a catalog just rebuilt, or a
+        // gateway never started since they were added): the gateway seeds them at start.
+        let now = sluice_meta::now_ms();
+        for t in &config.tenants {
+            if rows.iter().any(|r| r["tenant"] == t.id.as_str()) {
+                continue;
+            }
+            let spec = sluice_meta::TenantSpec {
+                id: t.id.clone(),
+                capacity: t.capacity,
+                max_objects: t.max_objects,
+                max_buckets: t.max_buckets,
+                reservation: t.qos.reservation,
+                weight: t.qos.weight,
+                limit: t.qos.limit,
+                keys: vec![sluice_meta::TenantKeySpec::new(t.access_key.clone(), "", 0)],
+                online: false,
+            };
+            rows.push(admin::tenant_row(&catalog, &spec, now));
+        }
+        rows.sort_by(|a, b| a["tenant"].as_str().cmp(&b["tenant"].as_str()));
+    }
     if let Some(p) = purged {
         answer["purged"] = p.to_json();
     }
