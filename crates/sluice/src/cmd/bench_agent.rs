@@ -397,9 +397,11 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                 let kind = kinds[(round + k) % kinds.len()];
                 let node = match kind {
                     Kind::Agent => Some(Node::start(&round_dir, capacity, drain_rate, None).await?),
-                    Kind::Scheduled => {
-                        Some(Node::start(&round_dir, capacity, drain_rate, local).await?)
-                    }
+                    // Its own directory: the unscheduled agent's catalog holds this round's bucket.
+                    Kind::Scheduled => Some(
+                        Node::start(&round_dir.join("scheduled"), capacity, drain_rate, local)
+                            .await?,
+                    ),
                     Kind::Direct | Kind::AroundCache => None,
                 };
                 sluice_bench::gateway::drop_page_cache();
