@@ -211,16 +211,14 @@ fn gateway_toml(cfg: &Config, kind: Kind) -> (String, String) {
             cfg.tier_ops,
             cfg.grain_bytes
         ),
-        Kind::Solo
-        | Kind::DmClock
-        | Kind::DmClockAgent
-        | Kind::DmClockScrub
-        | Kind::SoloScrub => format!(
-            "[gateway.capacity]\nbandwidth = {}\nops = {}\npolicy = \"dmclock\"\nqueue_depth = 1024\ngrain = {}\n",
-            mib(cfg.tier_bandwidth_bps),
-            cfg.tier_ops,
-            cfg.grain_bytes
-        ),
+        Kind::Solo | Kind::DmClock | Kind::DmClockAgent | Kind::DmClockScrub | Kind::SoloScrub => {
+            format!(
+                "[gateway.capacity]\nbandwidth = {}\nops = {}\npolicy = \"dmclock\"\nqueue_depth = 1024\ngrain = {}\n",
+                mib(cfg.tier_bandwidth_bps),
+                cfg.tier_ops,
+                cfg.grain_bytes
+            )
+        }
     };
     let mut extra = format!(
         "{capacity}[backend.emulate]\nbandwidth = {}\nops = {}\n",

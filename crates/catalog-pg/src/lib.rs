@@ -55,12 +55,12 @@
 extern crate self as sluice_catalog_pg;
 
 mod db;
-#[cfg(any(test, feature = "server"))]
-pub mod server;
 mod escrow;
 mod list;
 mod objects;
 mod schema;
+#[cfg(any(test, feature = "server"))]
+pub mod server;
 mod tenants;
 mod uploads;
 

@@ -11,9 +11,9 @@
 
 mod admin;
 mod catalog;
-mod scrub;
 mod file;
 mod node;
+mod scrub;
 mod validate;
 
 use std::path::{Path, PathBuf};
@@ -21,8 +21,8 @@ use std::time::Duration;
 
 pub use admin::AdminConfig;
 pub use catalog::CatalogConfig;
-pub use scrub::ScrubConfig;
 pub use file::FileConfig;
+pub use scrub::ScrubConfig;
 pub use validate::validate;
 
 /// Why a configuration was refused.
