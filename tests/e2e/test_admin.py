@@ -188,3 +188,49 @@ def test_admin_calls_without_admin_credentials_or_with_a_tenants_are_refused(emb
     # The gateway's own token is readable by its user only.
     assert (gw.workdir / "data" / "admin.token").stat().st_mode & 0o077 == 0
     assert (gw.workdir / "data" / "seal.key").stat().st_mode & 0o077 == 0
+
+
+def test_remove_is_refused_while_the_tenant_holds_data_and_purge_deletes_it(tmp_path):
+    gw = gateway(tmp_path / "purge", Backend("local")).start()
+    try:
+        added = cli_json(gw, "add", "erin", "--capacity", "8MiB")
+        erin = s3_client(gw.endpoint, added["access_key"], added["secret_key"])
+        eventually(lambda: erin.create_bucket(Bucket="erins"))
+        erin.create_bucket(Bucket="erins-too")
+        sizes = {("erins", "a"): 300 * KiB, ("erins", "b/c"): 30 * KiB, ("erins-too", "d"): 70 * KiB}
+        for (bucket, key), size in sizes.items():
+            erin.put_object(Bucket=bucket, Key=key, Body=b"p" * size)
+        erin.create_multipart_upload(Bucket="erins-too", Key="pending")
+
+        kept = cli(gw, "remove", "erin", check=False)
+        assert kept.returncode != 0 and "bucket" in kept.stderr, kept.stderr
+        # --purge deletes backend objects itself, on the catalog file: not while it is held.
+        held = cli(gw, "remove", "erin", "--purge", check=False)
+        assert held.returncode != 0 and "running gateway" in held.stderr, held.stderr
+        erin.list_objects_v2(Bucket="erins")
+    finally:
+        gw.stop()
+
+    blobs = tmp_path / "purge" / "data"
+
+    def erins_files():
+        return [p for p in blobs.rglob("*") if p.is_file() and "tenants/erin/" in p.as_posix()]
+    assert erins_files(), "the tenant's blobs are expected under tenants/erin/"
+
+    purged = cli(gw, "remove", "erin", "--purge")
+    # 400 KiB in all: the message says how much, in the unit it was counted in.
+    assert sum(sizes.values()) == 400 * KiB
+    assert "purged 3 object(s) in 2 bucket(s): 400KiB" in purged.stdout, purged.stdout
+    assert "tenant erin removed" in purged.stdout, purged.stdout
+    assert erins_files() == []
+    rows = cli_json(gw, "list")
+    assert "erin" not in [r["tenant"] for r in rows] and "alice" in [r["tenant"] for r in rows]
+    assert [e["action"] for e in cli_json(gw, "history", "erin")][-1] == "remove"
+
+    gw.start()
+    try:
+        refused_key(erin, "erins")
+        alice = gw.client(ALICE)
+        assert "erins" not in [b["Name"] for b in alice.list_buckets()["Buckets"]]
+    finally:
+        gw.stop()
