@@ -251,10 +251,20 @@ fn gateway_toml(cfg: &Config, kind: Kind) -> (String, String) {
 
 /// Sums the gateway's received and sent body bytes from its `/metrics`.
 async fn tier_bytes(metrics_port: u16) -> u64 {
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", metrics_port)).await else {
+    metric_total(
+        metrics_port,
+        &["sluice_received_bytes_total", "sluice_sent_bytes_total"],
+    )
+    .await
+}
+
+/// The sum of every sample of the metrics `names` (any labels) on the Prometheus `/metrics`
+/// of the process listening on `port`; 0 if it cannot be read.
+pub(crate) async fn metric_total(port: u16, names: &[&str]) -> u64 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
         return 0;
     };
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     if stream
         .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
         .await
@@ -266,9 +276,16 @@ async fn tier_bytes(metrics_port: u16) -> u64 {
     if stream.read_to_string(&mut text).await.is_err() {
         return 0;
     }
+    sum_samples(&text, names)
+}
+
+/// The sum of the samples of `names` in Prometheus text (comments and other metrics skipped,
+/// a metric whose name only starts with one of `names` too).
+fn sum_samples(text: &str, names: &[&str]) -> u64 {
     text.lines()
         .filter(|l| {
-            l.starts_with("sluice_received_bytes_total") || l.starts_with("sluice_sent_bytes_total")
+            let name = l.split(['{', ' ']).next().unwrap_or_default();
+            names.contains(&name)
         })
         .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
         .sum()
@@ -696,4 +713,29 @@ pub fn svg(r: &Report) -> String {
     }
     out.push_str("</svg>\n");
     out
+}
+
+#[cfg(test)]
+mod metric_tests {
+    #[test]
+    fn samples_of_the_named_metrics_are_summed_whatever_their_labels() {
+        let text = "# TYPE sluice_sent_bytes_total counter\n\
+                    sluice_sent_bytes_total{tenant=\"a\"} 10\n\
+                    sluice_sent_bytes_total{tenant=\"b\"} 5\n\
+                    sluice_sent_bytes_total_other{tenant=\"a\"} 1000\n\
+                    sluice_scrub_bytes_total 7\n";
+        assert_eq!(super::sum_samples(text, &["sluice_sent_bytes_total"]), 15);
+        assert_eq!(super::sum_samples(text, &["sluice_scrub_bytes_total"]), 7);
+        assert_eq!(
+            super::sum_samples(
+                text,
+                &["sluice_sent_bytes_total", "sluice_scrub_bytes_total"]
+            ),
+            22
+        );
+        assert_eq!(
+            super::sum_samples(text, &["sluice_received_bytes_total"]),
+            0
+        );
+    }
 }

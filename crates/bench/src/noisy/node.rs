@@ -129,29 +129,15 @@ fn start_agent(sluice: &Path, dir: &Path, upstream: &str, rest: &str) -> Result<
 /// The bytes the node's local device moved so far, from the agent's `/metrics`: body bytes
 /// received and sent by its S3 front, plus what its drain read and uploaded.
 async fn local_bytes(status_port: u16) -> u64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", status_port)).await else {
-        return 0;
-    };
-    if stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return 0;
-    }
-    let mut text = String::new();
-    if stream.read_to_string(&mut text).await.is_err() {
-        return 0;
-    }
-    text.lines()
-        .filter(|l| {
-            l.starts_with("sluice_received_bytes_total{")
-                || l.starts_with("sluice_sent_bytes_total{")
-                || l.starts_with("sluice_agent_drained_bytes_total{")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-        .sum()
+    super::metric_total(
+        status_port,
+        &[
+            "sluice_received_bytes_total",
+            "sluice_sent_bytes_total",
+            "sluice_agent_drained_bytes_total",
+        ],
+    )
+    .await
 }
 
 /// Waits until every victim shard is on the shared tier (the victim's drain is done and

@@ -47,25 +47,7 @@ pub async fn prefill(client: &S3Client, cfg: &Config) -> Result<(), BenchError> 
 
 /// `sluice_scrub_bytes_total` from the gateway's `/metrics` (0 if it cannot be read).
 pub async fn scrubbed_bytes(metrics_port: u16) -> u64 {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let Ok(mut stream) = tokio::net::TcpStream::connect(("127.0.0.1", metrics_port)).await else {
-        return 0;
-    };
-    if stream
-        .write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .await
-        .is_err()
-    {
-        return 0;
-    }
-    let mut text = String::new();
-    if stream.read_to_string(&mut text).await.is_err() {
-        return 0;
-    }
-    text.lines()
-        .find_map(|l| l.strip_prefix("sluice_scrub_bytes_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    super::metric_total(metrics_port, &["sluice_scrub_bytes_total"]).await
 }
 
 #[cfg(test)]
