@@ -71,6 +71,8 @@ pub struct FileAgent {
     pub escrow_lease: Option<HumanDuration>,
     pub capacity: Option<FileAgentCapacity>,
     pub emulate: Option<FileDevice>,
+    pub node_credential_file: Option<String>,
+    pub gateway_control: Option<OneOrMany>,
 }
 
 /// `[agent.capacity]`: the node's local device as the agent's scheduler sees it, and the

@@ -169,6 +169,18 @@ pub struct AgentConfig {
     pub uplink: Option<f64>,
     /// `[agent.emulate]`: the agent's local store behind an emulated device (benchmarks).
     pub emulate: Option<Device>,
+    /// `node_credential_file` and `gateway_control`: the agent reads the tenants and their
+    /// keys from the gateways' control listeners (`host:port`, `[gateway] metrics_listen`)
+    /// with this node's credential (`sluice tenant node-token NODE`), every second.
+    pub fetch: Option<TenantFetch>,
+}
+
+/// `[agent] node_credential_file` and `gateway_control`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantFetch {
+    pub credential_file: PathBuf,
+    /// The gateways' control listeners, `host:port`; never empty.
+    pub control: Vec<String>,
 }
 
 /// Buckets a tenant may own unless `max_buckets` says otherwise (Ceph RGW's default).

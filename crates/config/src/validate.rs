@@ -139,6 +139,10 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 .transpose()?
                 .flatten(),
             emulate: a.emulate.as_ref().map(crate::node::emulate).transpose()?,
+            fetch: tenant_fetch(
+                a.node_credential_file.as_deref().map(&resolve),
+                a.gateway_control,
+            )?,
         }),
     };
     let mut tenants = Vec::with_capacity(file.tenants.len());
@@ -384,6 +388,48 @@ fn tenant(t: FileTenant) -> Result<Tenant, ConfigError> {
 
 /// `[agent] upstream`: one URL or a list of them, each `http(s)://host[:port]` (a trailing
 /// `/` dropped), none twice. Absent: the gateway on this host's default port.
+/// `[agent] node_credential_file` with `gateway_control` (one needs the other).
+fn tenant_fetch(
+    file: Option<std::path::PathBuf>,
+    control: Option<OneOrMany>,
+) -> Result<Option<crate::TenantFetch>, ConfigError> {
+    let control = control.map(OneOrMany::into_vec);
+    match (file, control) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(ConfigError::invalid(
+            "agent.gateway_control",
+            "needs agent.node_credential_file (the node's credential, from `sluice tenant \
+             node-token NODE`)",
+        )),
+        (Some(_), None) => Err(ConfigError::invalid(
+            "agent.node_credential_file",
+            "needs agent.gateway_control (the gateways' control listeners, host:port)",
+        )),
+        (Some(credential_file), Some(control)) => {
+            if control.is_empty() {
+                return Err(ConfigError::invalid(
+                    "agent.gateway_control",
+                    "an empty list: name at least one gateway's control listener",
+                ));
+            }
+            if let Some((i, bad)) = control.iter().enumerate().find(|(_, c)| {
+                c.contains('/')
+                    || c.rsplit_once(':')
+                        .is_none_or(|(_, p)| p.parse::<u16>().is_err())
+            }) {
+                return Err(ConfigError::invalid(
+                    format!("agent.gateway_control[{i}]"),
+                    format!("{bad:?}: expected host:port (the gateway's metrics_listen)"),
+                ));
+            }
+            Ok(Some(crate::TenantFetch {
+                credential_file,
+                control,
+            }))
+        }
+    }
+}
+
 fn upstreams(given: Option<OneOrMany>) -> Result<Vec<String>, ConfigError> {
     let Some(given) = given else {
         return Ok(vec!["http://127.0.0.1:9000".to_owned()]);
@@ -570,6 +616,45 @@ mod tests {
         for bad in ["500ms", "11m"] {
             let e = parse(&format!("[agent]\nescrow_lease = \"{bad}\"\n")).expect_err(bad);
             assert!(e.to_string().contains("escrow_lease"), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_agents_node_credential_comes_with_the_gateways_control_listeners() {
+        assert_eq!(
+            parse("[agent]\n")
+                .expect("valid")
+                .agent
+                .expect("agent")
+                .fetch,
+            None
+        );
+        let c = parse(
+            "[agent]\nnode_credential_file = \"node.cred\"\ngateway_control = [\"gw1:9091\", \"10.0.0.2:9091\"]\n",
+        )
+        .expect("valid");
+        let f = c.agent.expect("agent").fetch.expect("fetch");
+        assert!(f.credential_file.ends_with("node.cred"), "{f:?}");
+        assert_eq!(f.control, ["gw1:9091", "10.0.0.2:9091"]);
+        for (bad, field) in [
+            (
+                "node_credential_file = \"n\"\n",
+                "agent.node_credential_file",
+            ),
+            ("gateway_control = \"gw:9091\"\n", "agent.gateway_control"),
+            (
+                "node_credential_file = \"n\"\ngateway_control = \"http://gw:9091\"\n",
+                "agent.gateway_control[0]",
+            ),
+            (
+                "node_credential_file = \"n\"\ngateway_control = []\n",
+                "agent.gateway_control",
+            ),
+        ] {
+            let e = parse(&format!("[agent]\n{bad}"))
+                .expect_err(bad)
+                .to_string();
+            assert!(e.contains(field), "{bad}: {e}");
         }
     }
 
