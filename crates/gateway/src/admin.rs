@@ -18,6 +18,7 @@
 //! operation. Secrets are sealed before they reach the catalog (`seal`), and no answer but
 //! the one creating a key carries a secret.
 
+pub mod node;
 mod purge;
 pub mod seal;
 
@@ -431,6 +432,9 @@ impl Control {
             ));
         };
         let given = auth.strip_prefix("Bearer ").unwrap_or("");
+        if req.uri().path() == node::NODE_PATH {
+            return Ok(self.node_read(&req, token, given).await);
+        }
         if !same(given.as_bytes(), token.as_bytes()) {
             tracing::warn!("an admin request with other credentials than the admin token refused");
             return Ok(refused(
@@ -503,6 +507,44 @@ impl Control {
             ));
         }
         Ok(json_response(StatusCode::OK, &answer))
+    }
+}
+
+impl Control {
+    /// `GET /admin/tenants` with a node credential or the admin token (see `node`).
+    async fn node_read(
+        &self,
+        req: &Request<hyper::body::Incoming>,
+        token: &str,
+        given: &str,
+    ) -> Response<Full<Bytes>> {
+        let who = if same(given.as_bytes(), token.as_bytes()) {
+            "the admin token".to_owned()
+        } else if let Some(n) = node::node_of(token, given) {
+            format!("node {n}")
+        } else {
+            tracing::warn!(
+                "a read of the tenants with neither a node credential nor the admin token refused"
+            );
+            return refused(
+                StatusCode::FORBIDDEN,
+                "not a node credential (sluice tenant node-token NODE) nor the admin token",
+            );
+        };
+        if req.method() != hyper::Method::GET {
+            return refused(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GET /admin/tenants: a node credential reads the tenants, it changes nothing",
+            );
+        }
+        let catalog = std::sync::Arc::clone(&self.catalog);
+        let specs = match tokio::task::spawn_blocking(move || catalog.tenants()).await {
+            Ok(Ok(specs)) => specs.unwrap_or_default(),
+            Ok(Err(e)) => return refused(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            Err(e) => return refused(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        };
+        tracing::debug!(%who, tenants = specs.len(), "the tenants read");
+        json_response(StatusCode::OK, &node::tenants_answer(&specs, &self.sealer))
     }
 }
 

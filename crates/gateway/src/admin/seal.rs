@@ -56,7 +56,7 @@ fn derive(key: &[u8], label: &str) -> [u8; 32] {
     out
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes
         .iter()

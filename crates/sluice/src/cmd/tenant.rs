@@ -34,6 +34,17 @@ pub enum Command {
     List(ListArgs),
     /// The audit record of administrative changes: who, what, when.
     History(HistoryArgs),
+    /// A node agent's credential ([agent] node_credential_file): it reads the tenants and
+    /// their keys from the gateways' control listener, and changes nothing.
+    NodeToken(NodeTokenArgs),
+}
+
+#[derive(clap::Args)]
+pub struct NodeTokenArgs {
+    /// The node's name (1 to 63 characters of a-z, A-Z, 0-9, '-' and '_').
+    pub node: String,
+    #[arg(long, short)]
+    pub config: PathBuf,
 }
 
 #[derive(clap::Subcommand)]
@@ -155,6 +166,15 @@ fn settings(a: &SettingsArgs) -> anyhow::Result<Settings> {
 
 pub fn run(cmd: &Command) -> anyhow::Result<()> {
     let (common, request, purge) = match cmd {
+        Command::NodeToken(a) => {
+            let config = Config::load(&a.config)?;
+            let token = admin::admin_token(&config, false).context(
+                "the admin token ([admin] token, or the gateway's data_dir/admin.token, which \
+                 its first start creates)",
+            )?;
+            println!("{}", admin::node::node_token(&token, &a.node)?);
+            return Ok(());
+        }
         Command::Add(a) => {
             if a.settings.capacity.is_none() {
                 bail!("tenant add needs --capacity (the tenant's quota, e.g. 10GiB)");
