@@ -30,6 +30,11 @@
 //! still drains with its last keys. The listen addresses, the data directory, the upstream
 //! gateways (and their `upstream_ca`) and turning TLS on or off need a restart: a reload that changes them is refused and nothing changes.
 //!
+//! With `[agent] node_credential_file` and `gateway_control` the tenants and their keys also
+//! come from the gateways ([`tenants_fetch`]): read every second, cached in the data directory
+//! for outages (the cache is served from the start), merged with the file's `[[tenant]]`
+//! entries, and served through the same swap as a reload ([`Control::apply_fetched`]).
+//!
 //! The agent owns no S3 semantics of its own: every operation, the read merge included, is the
 //! gateway's code.
 
@@ -41,6 +46,7 @@ pub mod node;
 pub mod pacer;
 pub mod server;
 pub mod status;
+pub mod tenants_fetch;
 pub mod upstream;
 
 use std::collections::{BTreeMap, HashMap};
@@ -62,6 +68,7 @@ use crate::escrow::SharedQuota;
 use crate::journal::{Journal, JournalHook};
 use crate::node::SharedTier;
 use crate::server::{Listener, StatusRoutes};
+use crate::tenants_fetch::Fetched;
 use crate::upstream::{Credentials, Pool, Upstream, UpstreamStore};
 use sluice_serve::tls::{ServerTls, Staged};
 
@@ -111,6 +118,9 @@ pub enum AgentError {
     /// The node's schedulers (`[agent.capacity]` and the tenants' local shares).
     #[error("[agent.capacity]: {0}")]
     Admission(#[from] sluice_throttle::ThrottleError),
+    /// `[agent] node_credential_file` could not be read.
+    #[error("[agent] node_credential_file: {0}")]
+    Fetch(#[from] tenants_fetch::FetchError),
 }
 
 impl From<sluice_meta::MetaError> for AgentError {
@@ -168,21 +178,21 @@ pub struct Control {
     upstream: Arc<Pool<Upstream>>,
     hook: Arc<JournalHook>,
     admission: Arc<Admission>,
+    /// The file's configuration (its tenants as the file says: see `served`).
     config: Arc<std::sync::Mutex<Config>>,
+    /// The gateways' last answer, when the agent fetches its tenants ([`tenants_fetch`]).
+    fetched: Arc<std::sync::Mutex<Option<Fetched>>>,
     /// The S3 listener's certificate, when it speaks TLS (set once serving).
     tls: Option<ServerTls>,
 }
 
-fn tenant_keys(config: &Config) -> Vec<TenantKey> {
-    config
-        .tenants
-        .iter()
-        .map(|t| TenantKey {
-            tenant: Arc::from(t.id.as_str()),
-            access_key: t.access_key.clone(),
-            secret_key: t.secret_key.clone(),
-        })
-        .collect()
+/// The configuration served: the file's, its tenants merged with the gateways' answer
+/// ([`tenants_fetch::merge`]); and every access key served.
+fn served(file: &Config, fetched: Option<&Fetched>) -> (Config, Vec<TenantKey>) {
+    let (tenants, keys) = tenants_fetch::merge(&file.tenants, fetched);
+    let mut config = file.clone();
+    config.tenants = tenants;
+    (config, keys)
 }
 
 fn upstream_credentials(config: &Config) -> HashMap<String, Credentials> {
@@ -249,16 +259,41 @@ impl Control {
         if let (Some(tls), Some(staged)) = (&self.tls, staged) {
             tls.install(staged);
         }
-        self.hook.set_markers(commit_markers(new));
-        set_local_limits(self.drain.journal.catalog(), new);
-        self.drain.set_tenants(&new.tenants);
-        self.reshare(new);
-        self.upstream.set_credentials(&upstream_credentials(new));
-        self.tenants.replace(tenant_keys(new));
+        let fetched = lock(&self.fetched);
+        self.serve(new, fetched.as_ref());
+        drop(fetched);
         *current = new.clone();
         tracing::info!(tenants = new.tenants.len(), "configuration reloaded");
         Ok(())
     }
+
+    /// Serves the gateways' new answer with the file's tenants ([`tenants_fetch`]).
+    pub fn apply_fetched(&self, answer: &Fetched) {
+        let file = lock(&self.config);
+        let mut fetched = lock(&self.fetched);
+        *fetched = Some(answer.clone());
+        self.serve(&file, fetched.as_ref());
+        tracing::info!(
+            tenants = answer.tenants.len(),
+            "the tenants and keys fetched from the gateways are served"
+        );
+    }
+
+    /// The tenants' keys, local quotas, bucket limits, drain policies, markers and shares
+    /// of `file` merged with `fetched`, replaced.
+    fn serve(&self, file: &Config, fetched: Option<&Fetched>) {
+        let (new, keys) = served(file, fetched);
+        self.hook.set_markers(commit_markers(&new));
+        set_local_limits(self.drain.journal.catalog(), &new);
+        self.drain.set_tenants(&new.tenants);
+        self.reshare(&new);
+        self.upstream.set_credentials(&upstream_credentials(&new));
+        self.tenants.replace(keys);
+    }
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Control {
@@ -303,6 +338,10 @@ fn check_fixed(current: &Config, new: &Config) -> Result<(), AgentError> {
         ),
         ("emulate", old.emulate != next.emulate),
         (
+            "node_credential_file, gateway_control",
+            old.fetch != next.fetch,
+        ),
+        (
             "tls_cert, tls_key (TLS on or off)",
             old.tls.is_some() != next.tls.is_some(),
         ),
@@ -325,6 +364,8 @@ pub struct Agent {
     tenants: Arc<Tenants>,
     control: Control,
     config: Config,
+    /// The gateways to fetch the tenants from, the cache, and its answer read at open.
+    fetch: Option<(Arc<dyn tenants_fetch::Source>, PathBuf, Option<Fetched>)>,
     pub summary: ReconcileSummary,
 }
 
@@ -339,8 +380,25 @@ pub struct Running {
 }
 
 impl Agent {
-    pub async fn open(config: &Config) -> Result<Self, AgentError> {
-        let a = config.agent.as_ref().ok_or(AgentError::NotConfigured)?;
+    pub async fn open(file: &Config) -> Result<Self, AgentError> {
+        let a = file.agent.as_ref().ok_or(AgentError::NotConfigured)?;
+        // With a node credential, the tenants the gateways answered last (cached) are
+        // served from the start: a node restarted while no gateway answers still serves.
+        let fetch = match &a.fetch {
+            Some(f) => {
+                let source = tenants_fetch::Gateways::new(f.control.clone(), &f.credential_file)?;
+                let cache = tenants_fetch::cache_path(&a.data_dir);
+                let cached = tenants_fetch::load_cache(&cache);
+                Some((
+                    Arc::new(source) as Arc<dyn tenants_fetch::Source>,
+                    cache,
+                    cached,
+                ))
+            }
+            None => None,
+        };
+        let (effective, keys) = served(file, fetch.as_ref().and_then(|f| f.2.as_ref()));
+        let config = &effective;
         // Read before anything is created: a bad file fails the start naming its key.
         let roots = match &a.upstream_ca {
             Some(path) => upstream_roots(path)?,
@@ -452,14 +510,17 @@ impl Agent {
             SharedTier::new(journal, Arc::clone(&upstream), Arc::clone(&drain))
                 .with_quota(Arc::clone(&quota)),
         ));
-        let tenants = Arc::new(Tenants::new(tenant_keys(config)));
+        let tenants = Arc::new(Tenants::new(keys));
         let control = Control {
             tenants: Arc::clone(&tenants),
             drain: Arc::clone(&drain),
             upstream,
             hook,
             admission,
-            config: Arc::new(std::sync::Mutex::new(config.clone())),
+            config: Arc::new(std::sync::Mutex::new(file.clone())),
+            fetched: Arc::new(std::sync::Mutex::new(
+                fetch.as_ref().and_then(|f| f.2.clone()),
+            )),
             tls: None,
         };
         Ok(Self {
@@ -468,7 +529,8 @@ impl Agent {
             quota,
             tenants,
             control,
-            config: config.clone(),
+            config: file.clone(),
+            fetch,
             summary,
         })
     }
@@ -513,6 +575,16 @@ impl Agent {
             tasks.push(tokio::spawn(server::serve(
                 l,
                 Listener::Status(routes),
+                rx.clone(),
+            )));
+        }
+        if let Some((source, cache, cached)) = self.fetch {
+            let c = control.clone();
+            tasks.push(tokio::spawn(tenants_fetch::run(
+                source,
+                cache,
+                cached,
+                move |f| c.apply_fetched(f),
                 rx.clone(),
             )));
         }
