@@ -55,6 +55,9 @@ pub struct FileBackend {
 pub struct FileDevice {
     pub bandwidth: Rate,
     pub ops: f64,
+    /// `[backend.emulate] shared`: the state file of one device every process naming it
+    /// occupies.
+    pub shared: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -55,6 +55,9 @@ pub struct Config {
     pub backend: Backend,
     /// An emulated device in front of the backend (benchmarks): bounded bandwidth and ops.
     pub emulate: Option<Device>,
+    /// `[backend.emulate] shared`: the device's state file, shared by every process that names
+    /// it (they occupy one emulated device together); `None`, the device is this process's.
+    pub emulate_shared: Option<PathBuf>,
     pub agent: Option<AgentConfig>,
     pub tenants: Vec<Tenant>,
     /// `[catalog]`: a shared catalog database; `None`, the embedded one under `data_dir`.

@@ -40,6 +40,12 @@ pub(crate) fn uplink(c: &FileAgentCapacity) -> Result<Option<f64>, ConfigError> 
 pub(crate) fn emulate(d: &FileDevice) -> Result<Device, ConfigError> {
     positive("agent.emulate.bandwidth", d.bandwidth.0)?;
     positive("agent.emulate.ops", d.ops)?;
+    if d.shared.is_some() {
+        return Err(ConfigError::invalid(
+            "agent.emulate.shared",
+            "only [backend.emulate] can be shared between processes",
+        ));
+    }
     Ok(Device {
         bandwidth: d.bandwidth.0,
         ops: d.ops,

@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use crate::file::{FileCapacity, FileConfig, FileRetention, FileTenant, OneOrMany};
+use crate::file::{FileCapacity, FileConfig, FileDevice, FileRetention, FileTenant, OneOrMany};
 use crate::{
     AgentConfig, Backend, Capacity, Config, ConfigError, DEFAULT_COMMIT_MARKERS, Device,
     GatewayConfig, LocalSpec, Policy, Qos, Retention, S3Backend, Tenant, TlsFiles,
@@ -76,6 +76,20 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 ops: d.ops,
             })
         }
+    };
+    let emulate_shared = match file.backend.as_ref().and_then(|b| b.emulate.as_ref()) {
+        Some(FileDevice {
+            shared: Some(p), ..
+        }) => {
+            if p.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    "backend.emulate.shared",
+                    "an empty path: name the device's state file, or leave the key out",
+                ));
+            }
+            Some(resolve(p))
+        }
+        _ => None,
     };
     let backend = match file.backend {
         None => Backend::Local,
@@ -182,6 +196,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         gateway,
         backend,
         emulate,
+        emulate_shared,
         agent,
         tenants,
         catalog: crate::catalog::validate(file.catalog)?,
@@ -767,5 +782,30 @@ mod tests {
         }
         let err = parse("[agent]\nupstream = 9000\n").expect_err("a number");
         assert!(err.to_string().contains("upstream"), "{err}");
+    }
+
+    #[test]
+    fn an_emulated_tier_is_shared_through_the_state_file_it_names() {
+        let device = "[backend.emulate]\nbandwidth = \"100MiB/s\"\nops = 8000\n";
+        let own = parse(&format!("[gateway]\n{device}")).expect("valid");
+        assert!(own.emulate.is_some());
+        assert_eq!(own.emulate_shared, None);
+        let shared =
+            parse(&format!("[gateway]\n{device}shared = \"run/tier.dev\"\n")).expect("valid");
+        assert_eq!(
+            shared.emulate_shared.as_deref(),
+            Some(Path::new("/etc/sluice/run/tier.dev")),
+            "resolved against the file's directory"
+        );
+        let err = parse(&format!("[gateway]\n{device}shared = \" \"\n"))
+            .expect_err("an empty path")
+            .to_string();
+        assert!(err.contains("backend.emulate.shared"), "{err}");
+        let err = parse(
+            "[agent]\nupstream = \"http://127.0.0.1:9000\"\n[agent.emulate]\nbandwidth = \"1MiB/s\"\nops = 10\nshared = \"x\"\n",
+        )
+        .expect_err("only the backend's device is shared")
+        .to_string();
+        assert!(err.contains("agent.emulate.shared"), "{err}");
     }
 }

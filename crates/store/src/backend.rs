@@ -20,14 +20,16 @@ pub const S3_PART_SIZE: u64 = 8 * 1024 * 1024;
 /// each write after its own 30 s): past this, the failure reaches the client as a 503.
 pub const S3_RETRY_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Opens the configured backend (behind an emulated device if `[backend.emulate]` is set).
+/// Opens the configured backend (behind an emulated device if `[backend.emulate]` is set, one
+/// shared with every process naming its `shared` state file if that is set).
 /// The local filesystem lives in `data_dir/objects` with fsync on, so a blob is durable before
 /// the catalog references it; large blobs are written around the page cache ([`LocalDisk`]).
 pub fn open_backend(config: &Config) -> Result<Arc<dyn ObjectStore>, StoreError> {
     let store = open_raw(config)?;
-    Ok(match config.emulate {
-        None => store,
-        Some(d) => Arc::new(EmulatedDevice::new(store, d.bandwidth, d.ops)),
+    Ok(match (config.emulate, &config.emulate_shared) {
+        (None, _) => store,
+        (Some(d), None) => Arc::new(EmulatedDevice::new(store, d.bandwidth, d.ops)),
+        (Some(d), Some(path)) => Arc::new(EmulatedDevice::shared(store, d.bandwidth, d.ops, path)?),
     })
 }
 

@@ -23,7 +23,7 @@ pub mod local;
 
 pub use backend::{S3_PART_SIZE, open_backend, part_size};
 pub use checksum::{BlobCrc, BlobCrcSlot, ChecksumStore, Checksums, Crc};
-pub use device::EmulatedDevice;
+pub use device::{DeviceError, EmulatedDevice};
 pub use local::LocalDisk;
 
 /// Why a store could not be opened.
@@ -38,4 +38,6 @@ pub enum StoreError {
     },
     #[error(transparent)]
     ObjectStore(#[from] object_store::Error),
+    #[error(transparent)]
+    Device(#[from] crate::device::DeviceError),
 }
