@@ -143,7 +143,18 @@ pub async fn run(
                 round + 1
             ));
             let clients: Vec<S3Client> = gateways[..n].iter().map(|(c, _)| c.clone()).collect();
-            measured[step].push(measure(cfg, &clients).await?);
+            let m = measure(cfg, &clients).await.map_err(|e| {
+                let procs = gateways.iter_mut().enumerate().map(|(i, (_, p))| {
+                    let log = dir.join(format!("gateway-{}", i + 1));
+                    (
+                        format!("gateway {}", i + 1),
+                        p,
+                        procs::log_path(&log, "gateway"),
+                    )
+                });
+                procs::with_exits(e, procs)
+            })?;
+            measured[step].push(m);
         }
     }
     drop(gateways);

@@ -1,6 +1,7 @@
 //! An S3 client for load generation, on `object_store`'s S3 implementation.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,10 +14,20 @@ use object_store::{
 
 use crate::BenchError;
 
+/// How long an idle pooled connection may be reused. Shorter than the gateway's keep-alive
+/// (its header read timeout, 30 s, `sluice_serve::listener::HEADER_READ_TIMEOUT`), after which
+/// it closes an idle connection: a client that keeps connections longer (reqwest's default is
+/// 90 s) may send a request on one just as the gateway closes it, and that request fails with
+/// "error sending request" (seen once in the aggregate run's large PUTs, a phase that follows
+/// the idle ones).
+pub const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// One tenant's view of one bucket at an endpoint.
 #[derive(Clone)]
 pub struct S3Client {
     store: Arc<dyn ObjectStore>,
+    /// Requests sent a second time, shared by the clones (see [`S3Client::retries`]).
+    retries: Arc<AtomicU64>,
 }
 
 impl S3Client {
@@ -41,7 +52,8 @@ impl S3Client {
         let mut options = ClientOptions::new()
             .with_allow_http(true)
             .with_timeout(Duration::from_secs(600))
-            .with_pool_max_idle_per_host(64);
+            .with_pool_max_idle_per_host(64)
+            .with_pool_idle_timeout(POOL_IDLE_TIMEOUT);
         if let Some(pem) = ca_pem {
             options = options.with_root_certificate(Certificate::from_pem(pem)?);
         }
@@ -62,13 +74,31 @@ impl S3Client {
             .build()?;
         Ok(Self {
             store: Arc::new(store),
+            retries: Arc::default(),
         })
     }
 
+    /// Requests this client (and its clones) sent a second time because the first attempt
+    /// never got an answer (see [`S3Client::put`]). A benchmark reports them.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+
+    /// Writes `body` as `key`. A PUT whose request could not be sent (the connection closed
+    /// under it, before any answer) is sent once more, as S3 clients retry idempotent
+    /// requests, and counted in [`S3Client::retries`]; any other error, or a second failure,
+    /// fails.
     pub async fn put(&self, key: &str, body: Bytes) -> Result<(), BenchError> {
-        self.store
-            .put(&Path::from(key), PutPayload::from(body))
-            .await?;
+        let path = Path::from(key);
+        match self.store.put(&path, PutPayload::from(body.clone())).await {
+            Err(e) if unsent(&e) => {
+                self.retries.fetch_add(1, Ordering::Relaxed);
+                self.store.put(&path, PutPayload::from(body)).await?;
+            }
+            r => {
+                r?;
+            }
+        }
         Ok(())
     }
 
@@ -90,5 +120,53 @@ impl S3Client {
     pub async fn delete(&self, key: &str) -> Result<(), BenchError> {
         self.store.delete(&Path::from(key)).await?;
         Ok(())
+    }
+}
+
+/// Whether a request failed before any answer came: reqwest's "error sending request" (the
+/// connection refused, reset or closed while the request went out), as `object_store` passes
+/// it on.
+fn unsent(e: &object_store::Error) -> bool {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    while let Some(err) = source {
+        if err.to_string().contains("error sending request") {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A PUT to a port where nothing listens fails before any answer: it is sent twice, the
+    /// second attempt counted, and the error (not a success) comes back.
+    #[tokio::test]
+    async fn an_unsent_put_is_retried_once_and_counted() {
+        let port = crate::procs::free_port().expect("port");
+        let client =
+            S3Client::new(&format!("http://127.0.0.1:{port}"), "b", "k", "s").expect("client");
+        let err = client
+            .put("key", Bytes::from_static(b"x"))
+            .await
+            .expect_err("nothing listens");
+        assert_eq!(client.retries(), 1, "{err}");
+        assert_eq!(client.clone().retries(), 1);
+    }
+
+    #[test]
+    fn only_unsent_requests_count_as_unsent() {
+        let other = object_store::Error::NotFound {
+            path: "k".into(),
+            source: "404".into(),
+        };
+        assert!(!unsent(&other));
+        let sent = object_store::Error::Generic {
+            store: "S3",
+            source: "error sending request for url (http://127.0.0.1:1/b/k)".into(),
+        };
+        assert!(unsent(&sent));
     }
 }

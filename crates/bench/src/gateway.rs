@@ -19,15 +19,27 @@
 //! A shared virtual disk drifts by tens of percent within minutes, and reads right after a
 //! target's own writes can still be served by the host's cache under the virtual disk. So
 //! the measurement runs in `rounds` rounds; each round writes (or overwrites) the objects on
-//! every target, the targets' order rotating from round to round, then reads them back; every
-//! figure is the median of a target's rounds: ratios compare work done side by side, not
-//! minutes apart. The large reads of a round are interleaved finely: the page cache is
-//! dropped once, then every target reads a slice of the objects in turn, slice after slice.
+//! every target, then reads them back; every figure is the median of a target's rounds:
+//! ratios compare work done side by side, not minutes apart. The large writes and reads of a
+//! round are both interleaved finely, in the same slices: every target writes a slice of the
+//! objects in turn, slice after slice; then the page cache is dropped once, and every target
+//! reads a slice in turn, slice after slice. So every slice a target reads was written at the
+//! same point of the round as the other targets' same slice, with as much written after it:
+//! whatever the host still caches of a round's writes, it caches of every target alike.
+//! Written target after target (as before), the last target written had gigabytes fewer
+//! written after its objects than the first, and its reads came from the host's cache more
+//! often: the full run's first slices read at up to three times the speed of its middle
+//! ones, and which target they favoured moved with the order of the writes.
 //! Whole phases of one target after another put the gateway anywhere from 61% to 138% of the
 //! filesystem on this machine, because the cost of the guest's memory changes within a
 //! phase (the first gigabytes of page cache after a drop come cheap, then every new page
 //! costs the host a fault): whichever target read during the cheap part looked fast. A
 //! server's memory is sampled from its start to the end.
+//!
+//! With `SLUICE_BENCH_BASELINE` set to another `sluice` binary, a gateway of that build runs
+//! beside the plain one as one more target ([`BASELINE_TARGET`]), in the same rounds and
+//! slices: a change to the gateway is measured against the code before it in one run, on a
+//! machine whose speed drifts between runs.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -127,6 +139,12 @@ pub struct TargetResult {
     pub rounds: Vec<[f64; 4]>,
     /// Seconds each slice of the large reads took, per round (see `read_large_interleaved`).
     pub large_get_slices_s: Vec<Vec<f64>>,
+    /// Seconds each slice of the large writes took, per round (see
+    /// `write_large_interleaved`).
+    pub large_put_slices_s: Vec<Vec<f64>>,
+    /// Requests its client sent a second time, their first attempt unanswered (see
+    /// [`S3Client::put`]).
+    pub client_retries: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -253,6 +271,8 @@ pub const TLS_TARGET: &str = "sluice gateway (TLS)";
 pub const REDB_TARGET: &str = "sluice gateway";
 /// The gateway on the shared PostgreSQL catalog.
 pub const PG_TARGET: &str = "sluice gateway (PostgreSQL catalog)";
+/// The gateway of another build (`SLUICE_BENCH_BASELINE`), beside the plain one.
+pub const BASELINE_TARGET: &str = "sluice gateway (baseline build)";
 /// The width of a target's name in the terminal's tables.
 const NAME_WIDTH: usize = 36;
 
@@ -329,6 +349,8 @@ async fn read_large<T: Target>(
 /// What a round's write phase measured.
 struct Writes {
     put_mib_s: f64,
+    /// Seconds each slice of the large writes took.
+    slices_s: Vec<f64>,
     small_put_ops_s: f64,
     small_put: Latencies,
 }
@@ -348,24 +370,61 @@ struct Reads {
     small_get: Latencies,
 }
 
-/// Writes (or overwrites) every large object, then every small one.
-async fn write_phase<T: Target>(target: &T, cfg: &Config) -> Result<Writes, BenchError> {
+/// Writes (or overwrites) the large objects `objects`; returns the time it took.
+async fn write_large<T: Target>(
+    target: &T,
+    cfg: &Config,
+    objects: Range<usize>,
+) -> Result<Duration, BenchError> {
     let large = payload(cfg.large_size, 42);
-    let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
-    let (put_time, _) = run_ops(cfg.large_objects, cfg.large_concurrency, |i| {
-        target.put(format!("large-{i}"), large.clone())
+    let first = objects.start;
+    let (put_time, _) = run_ops(objects.len(), cfg.large_concurrency, |i| {
+        target.put(format!("large-{}", first + i), large.clone())
     })
     .await?;
+    Ok(put_time)
+}
+
+/// Writes (or overwrites) every small object; returns their rate and latencies.
+async fn write_small<T: Target>(target: &T, cfg: &Config) -> Result<(f64, Latencies), BenchError> {
     let small = payload(cfg.small_size, 7);
     let (sput_time, small_put) = run_ops(cfg.small_objects, cfg.small_concurrency, |i| {
         target.put(format!("small-{i}"), small.clone())
     })
     .await?;
-    Ok(Writes {
-        put_mib_s: mib / put_time.as_secs_f64(),
-        small_put_ops_s: cfg.small_objects as f64 / sput_time.as_secs_f64(),
+    Ok((
+        cfg.small_objects as f64 / sput_time.as_secs_f64(),
         small_put,
-    })
+    ))
+}
+
+/// The slices of the large objects: [`Config::large_slice`] objects each.
+fn slices_of(cfg: &Config) -> impl Iterator<Item = Range<usize>> {
+    let step = cfg.large_slice.max(1);
+    let n = cfg.large_objects;
+    (0..n)
+        .step_by(step)
+        .map(move |first| first..(first + step).min(n))
+}
+
+/// Every target's large writes of a round, interleaved as the reads are (see
+/// [`read_large_interleaved`]): each slice on every target in turn, the order rotating from
+/// slice to slice, so that every target's slice has the same writes after it. Returns the
+/// seconds each target's slices took, in `live`'s order.
+async fn write_large_interleaved(
+    live: &[(&str, Live)],
+    order: &[usize],
+    cfg: &Config,
+) -> Result<Vec<Vec<f64>>, BenchError> {
+    let mut took = vec![Vec::new(); live.len()];
+    for (s, objects) in slices_of(cfg).enumerate() {
+        for k in 0..order.len() {
+            let i = order[(k + s) % order.len()];
+            let t = live[i].1.write_large(cfg, objects.clone()).await?;
+            took[i].push(t.as_secs_f64());
+        }
+    }
+    Ok(took)
 }
 
 /// Reads every small object, from a dropped page cache.
@@ -394,9 +453,7 @@ async fn read_large_interleaved(
 ) -> Result<Vec<LargeReads>, BenchError> {
     let cold = drop_page_cache();
     let mut slices = vec![Vec::new(); live.len()];
-    let step = cfg.large_slice.max(1);
-    for (s, first) in (0..cfg.large_objects).step_by(step).enumerate() {
-        let objects = first..(first + step).min(cfg.large_objects);
+    for (s, objects) in slices_of(cfg).enumerate() {
         for k in 0..order.len() {
             let i = order[(k + s) % order.len()];
             let (name, target) = &live[i];
@@ -434,25 +491,54 @@ enum Live {
         rss_start: Option<u64>,
         sampler: RssSampler,
         /// Killed on drop, after the sampler.
-        _server: procs::Proc,
+        server: procs::Proc,
+        /// The server's log.
+        log: PathBuf,
     },
 }
 
 impl Live {
-    fn server(client: S3Client, server: procs::Proc) -> Self {
+    fn server(client: S3Client, server: procs::Proc, log: PathBuf) -> Self {
         let pid = server.child.id();
         Self::S3 {
             client,
             rss_start: procs::rss_bytes(pid),
             sampler: RssSampler::start(pid),
-            _server: server,
+            server,
+            log,
         }
     }
 
-    async fn write(&self, cfg: &Config) -> Result<Writes, BenchError> {
+    async fn write_large(
+        &self,
+        cfg: &Config,
+        objects: Range<usize>,
+    ) -> Result<Duration, BenchError> {
         match self {
-            Self::Fs(fs) => write_phase(fs, cfg).await,
-            Self::S3 { client, .. } => write_phase(client, cfg).await,
+            Self::Fs(fs) => write_large(fs, cfg, objects).await,
+            Self::S3 { client, .. } => write_large(client, cfg, objects).await,
+        }
+    }
+
+    async fn write_small(&self, cfg: &Config) -> Result<(f64, Latencies), BenchError> {
+        match self {
+            Self::Fs(fs) => write_small(fs, cfg).await,
+            Self::S3 { client, .. } => write_small(client, cfg).await,
+        }
+    }
+
+    fn retries(&self) -> u64 {
+        match self {
+            Self::Fs(_) => 0,
+            Self::S3 { client, .. } => client.retries(),
+        }
+    }
+
+    /// The server and its log.
+    fn process(&mut self) -> Option<(&mut procs::Proc, PathBuf)> {
+        match self {
+            Self::Fs(_) => None,
+            Self::S3 { server, log, .. } => Some((server, log.clone())),
         }
     }
 
@@ -485,11 +571,11 @@ impl Live {
     }
 }
 
-/// Runs the benchmark: filesystem, gateway (local filesystem backend), the gateway on a
-/// PostgreSQL catalog (if `cfg.postgres`), the gateway over TLS, SeaweedFS if found; then the
-/// aggregate over 1, 2 and 3 gateways (if `cfg.postgres`).
-/// Each round writes on every target, then reads on every target, the targets' order rotating
-/// from round to round, so that no target's reads always follow its own writes most closely.
+/// Runs the benchmark: filesystem, gateway (local filesystem backend), the baseline build's
+/// gateway (if `SLUICE_BENCH_BASELINE`), the gateway on a PostgreSQL catalog (if
+/// `cfg.postgres`), the gateway over TLS, SeaweedFS if found; then the aggregate over 1, 2
+/// and 3 gateways (if `cfg.postgres`). A request that fails names the servers that died, with
+/// their logs' last lines.
 pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchError> {
     // Declared before the servers, so dropped after them: an error anywhere still stops them
     // and then removes their data (a full run writes tens of GiB).
@@ -503,14 +589,30 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
     let fs_dir = cfg.workdir.join("fs");
     std::fs::create_dir_all(&fs_dir)?;
     live.push(("filesystem", Live::Fs(Fs(fs_dir))));
-    let gw = procs::start_gateway(&cfg.sluice, &cfg.workdir.join("gateway"), "bench", "", "")?;
+    let gw_dir = cfg.workdir.join("gateway");
+    let gw = procs::start_gateway(&cfg.sluice, &gw_dir, "bench", "", "")?;
     let client = S3Client::new(
         &format!("http://127.0.0.1:{}", gw.port),
         "bench",
         ACCESS_KEY,
         SECRET_KEY,
     )?;
-    live.push((REDB_TARGET, Live::server(client, gw)));
+    live.push((
+        REDB_TARGET,
+        Live::server(client, gw, procs::log_path(&gw_dir, "gateway")),
+    ));
+    if let Some(other) = std::env::var_os("SLUICE_BENCH_BASELINE") {
+        let dir = cfg.workdir.join("gateway-baseline");
+        let gw = procs::start_gateway(std::path::Path::new(&other), &dir, "bench", "", "")?;
+        let client = S3Client::new(
+            &format!("http://127.0.0.1:{}", gw.port),
+            "bench",
+            ACCESS_KEY,
+            SECRET_KEY,
+        )?;
+        let log = procs::log_path(&dir, "gateway");
+        live.push((BASELINE_TARGET, Live::server(client, gw, log)));
+    }
     // The same gateway on a shared PostgreSQL catalog, over the same kind of backend (the
     // local filesystem, on the same disk): only the catalog differs.
     if let Some(pg) = &pg {
@@ -522,7 +624,8 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
             ACCESS_KEY,
             SECRET_KEY,
         )?;
-        live.push((PG_TARGET, Live::server(client, gw)));
+        let log = procs::log_path(&dir, "gateway");
+        live.push((PG_TARGET, Live::server(client, gw, log)));
     }
     // The same gateway over TLS (a throwaway private CA), beside the plain one in every round.
     let tls_dir = cfg.workdir.join("gateway-tls");
@@ -545,58 +648,38 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
         SECRET_KEY,
         Some(ca.as_bytes()),
     )?;
-    live.push((TLS_TARGET, Live::server(client, gw)));
+    let log = procs::log_path(&tls_dir, "gateway");
+    live.push((TLS_TARGET, Live::server(client, gw, log)));
     if let Some(weed) = &cfg.weed {
-        let sw = procs::start_seaweedfs(weed, &cfg.workdir.join("seaweedfs"), "bench")?;
+        let sw_dir = cfg.workdir.join("seaweedfs");
+        let sw = procs::start_seaweedfs(weed, &sw_dir, "bench")?;
         let client = S3Client::new(
             &format!("http://127.0.0.1:{}", sw.port),
             "bench",
             ACCESS_KEY,
             SECRET_KEY,
         )?;
-        live.push(("SeaweedFS", Live::server(client, sw)));
+        let log = procs::log_path(&sw_dir, "weed");
+        live.push(("SeaweedFS", Live::server(client, sw, log)));
     }
 
-    let n = live.len();
-    let rounds = cfg.rounds.max(1);
-    let mut writes: Vec<Vec<Writes>> = (0..n).map(|_| Vec::new()).collect();
-    let mut large_reads: Vec<Vec<LargeReads>> = (0..n).map(|_| Vec::new()).collect();
-    let mut reads: Vec<Vec<Reads>> = (0..n).map(|_| Vec::new()).collect();
-    for round in 0..rounds {
-        let order: Vec<usize> = (0..n).map(|k| (k + round) % n).collect();
-        for &i in &order {
-            progress(&format!(
-                "round {} of {rounds}: writes, {}",
-                round + 1,
-                live[i].0
-            ));
-            writes[i].push(live[i].1.write(&cfg).await?);
+    let (writes, large_reads, reads) = match measure_rounds(&live, &cfg, progress).await {
+        Ok(m) => m,
+        Err(e) => {
+            let servers = live
+                .iter_mut()
+                .filter_map(|(name, l)| l.process().map(|(p, log)| ((*name).to_owned(), p, log)));
+            return Err(procs::with_exits(e, servers));
         }
-        progress(&format!(
-            "round {} of {rounds}: large reads, every target in slices of {}",
-            round + 1,
-            cfg.large_slice
-        ));
-        for (i, large) in read_large_interleaved(&live, &order, &cfg)
-            .await?
-            .into_iter()
-            .enumerate()
-        {
-            large_reads[i].push(large);
-        }
-        for &i in &order {
-            progress(&format!(
-                "round {} of {rounds}: small reads, {}",
-                round + 1,
-                live[i].0
-            ));
-            reads[i].push(live[i].1.read_small(&cfg).await?);
-        }
-    }
+    };
     let targets: Vec<TargetResult> = live
         .iter()
         .zip(writes.iter().zip(&large_reads).zip(&reads))
-        .map(|((name, target), ((w, l), r))| combine(name, target.rss(), w, l, r))
+        .map(|((name, target), ((w, l), r))| {
+            let mut t = combine(name, target.rss(), w, l, r);
+            t.client_retries = target.retries();
+            t
+        })
         .collect();
     drop(live);
     let named = |name: &str| targets.iter().find(|t| t.name == name);
@@ -626,6 +709,70 @@ pub async fn run(cfg: Config, progress: &dyn Fn(&str)) -> Result<Report, BenchEr
         pg_vs_redb,
         aggregate,
     })
+}
+
+/// Each round's measurements, per target in `live`'s order.
+type Measured = (Vec<Vec<Writes>>, Vec<Vec<LargeReads>>, Vec<Vec<Reads>>);
+
+/// The rounds: in each, the large writes on every target interleaved by slice, the small
+/// writes target after target, the large reads interleaved by slice, the small reads; the
+/// targets' order rotating from round to round (see the module doc).
+async fn measure_rounds(
+    live: &[(&str, Live)],
+    cfg: &Config,
+    progress: &dyn Fn(&str),
+) -> Result<Measured, BenchError> {
+    let n = live.len();
+    let rounds = cfg.rounds.max(1);
+    let mib = (cfg.large_objects * cfg.large_size) as f64 / (1024.0 * 1024.0);
+    let mut writes: Vec<Vec<Writes>> = (0..n).map(|_| Vec::new()).collect();
+    let mut large_reads: Vec<Vec<LargeReads>> = (0..n).map(|_| Vec::new()).collect();
+    let mut reads: Vec<Vec<Reads>> = (0..n).map(|_| Vec::new()).collect();
+    for round in 0..rounds {
+        let order: Vec<usize> = (0..n).map(|k| (k + round) % n).collect();
+        progress(&format!(
+            "round {} of {rounds}: large writes, every target in slices of {}",
+            round + 1,
+            cfg.large_slice
+        ));
+        let mut large = write_large_interleaved(live, &order, cfg).await?;
+        for &i in &order {
+            progress(&format!(
+                "round {} of {rounds}: small writes, {}",
+                round + 1,
+                live[i].0
+            ));
+            let (small_put_ops_s, small_put) = live[i].1.write_small(cfg).await?;
+            let slices_s = std::mem::take(&mut large[i]);
+            writes[i].push(Writes {
+                put_mib_s: mib / slices_s.iter().sum::<f64>(),
+                slices_s,
+                small_put_ops_s,
+                small_put,
+            });
+        }
+        progress(&format!(
+            "round {} of {rounds}: large reads, every target in slices of {}",
+            round + 1,
+            cfg.large_slice
+        ));
+        for (i, large) in read_large_interleaved(live, &order, cfg)
+            .await?
+            .into_iter()
+            .enumerate()
+        {
+            large_reads[i].push(large);
+        }
+        for &i in &order {
+            progress(&format!(
+                "round {} of {rounds}: small reads, {}",
+                round + 1,
+                live[i].0
+            ));
+            reads[i].push(live[i].1.read_small(cfg).await?);
+        }
+    }
+    Ok((writes, large_reads, reads))
 }
 
 /// The PostgreSQL server of a run and its two catalogs (the shared-catalog target's and the
@@ -681,6 +828,8 @@ fn combine(
         rss_end_bytes: rss_end,
         cold_reads: large.iter().all(|x| x.cold),
         large_get_slices_s: large.iter().map(|x| x.slices_s.clone()).collect(),
+        large_put_slices_s: writes.iter().map(|x| x.slices_s.clone()).collect(),
+        client_retries: 0,
         rounds: writes
             .iter()
             .zip(large.iter().zip(reads))
@@ -751,6 +900,19 @@ pub fn table(r: &Report) -> String {
             .map(|[p, g, sp, sg]| format!("{p:.0} / {g:.0}, {sp:.0} / {sg:.0}"))
             .collect();
         let _ = writeln!(out, "  {:<NAME_WIDTH$} {}", t.name, rounds.join("; "));
+    }
+    let retried: Vec<String> = r
+        .targets
+        .iter()
+        .filter(|t| t.client_retries > 0)
+        .map(|t| format!("{} {}", t.name, t.client_retries))
+        .collect();
+    if !retried.is_empty() {
+        let _ = writeln!(
+            out,
+            "Requests sent twice (the first attempt unanswered): {}",
+            retried.join(", ")
+        );
     }
     if let Some(x) = &r.pg_vs_redb {
         let _ = writeln!(

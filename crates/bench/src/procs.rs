@@ -171,6 +171,45 @@ pub struct Proc {
     pub port: u16,
 }
 
+/// The last lines of a log shown when its process has died.
+const LOG_TAIL_LINES: usize = 20;
+
+impl Proc {
+    /// `None` while the process runs; once it has exited, its status and the last lines of
+    /// its log `log`: what a failed request should say when its server died under it.
+    pub fn exited(&mut self, log: &Path) -> Option<String> {
+        let status = self.child.try_wait().ok()??;
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+        Some(format!(
+            "exited ({status}); the last lines of {}:\n{tail}",
+            log.display()
+        ))
+    }
+}
+
+/// Where [`start_gateway`] and the like put the log of a server of `role` in `dir`.
+pub fn log_path(dir: &Path, role: &str) -> PathBuf {
+    dir.join(format!("{role}.log"))
+}
+
+/// `e`, followed by what became of every process of `procs` (each with its name and its
+/// log) that has exited, so that a request that failed because its server died says so.
+pub fn with_exits<'a>(
+    e: BenchError,
+    procs: impl IntoIterator<Item = (String, &'a mut Proc, PathBuf)>,
+) -> BenchError {
+    let exits: Vec<String> = procs
+        .into_iter()
+        .filter_map(|(name, p, log)| p.exited(&log).map(|x| format!("{name} {x}")))
+        .collect();
+    if exits.is_empty() {
+        return e;
+    }
+    BenchError::Setup(format!("{e}\n{}", exits.join("\n")))
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -310,7 +349,7 @@ fn serve(
     dir: &Path,
     port: u16,
 ) -> Result<Proc, BenchError> {
-    let log = std::fs::File::create(dir.join(format!("{role}.log")))?;
+    let log = std::fs::File::create(log_path(dir, role))?;
     let mut child = cmd
         .args([role, "--config"])
         .arg(config)
@@ -383,7 +422,7 @@ pub fn start_seaweedfs(weed: &Path, dir: &Path, bucket: &str) -> Result<Proc, Be
     )?;
     let s3 = free_port()?;
     let master = free_port()?;
-    let log = std::fs::File::create(dir.join("weed.log"))?;
+    let log = std::fs::File::create(log_path(dir, "weed"))?;
     let mut child = Command::new(weed)
         .arg("mini")
         .arg(format!("-dir={}", dir.join("data").display()))
@@ -442,6 +481,48 @@ mod tests {
     use std::fs;
 
     use super::*;
+
+    /// A process that died is named with its status and its log's tail; a live one adds
+    /// nothing to the error.
+    #[test]
+    fn an_error_names_the_processes_that_died_with_their_logs() {
+        let root = TestRoot::new("exits");
+        let log = root.0.join("dead.log");
+        let alive_log = root.0.join("alive.log");
+        let spawn = |script: &str, log: &Path| Proc {
+            child: Command::new("sh")
+                .args(["-c", script])
+                .stdout(Stdio::null())
+                .stderr(fs::File::create(log).expect("log"))
+                .spawn()
+                .expect("sh"),
+            port: 0,
+        };
+        let mut dead = spawn("echo first >&2; echo 'panicked at here' >&2; exit 3", &log);
+        let mut alive = spawn("sleep 30", &alive_log);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dead.child.try_wait().expect("wait").is_none() {
+            assert!(Instant::now() < deadline, "sh did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let e = with_exits(
+            BenchError::Setup("PUT failed".into()),
+            [
+                ("gateway 1".to_owned(), &mut alive, alive_log.clone()),
+                ("gateway 2".to_owned(), &mut dead, log),
+            ],
+        )
+        .to_string();
+        assert!(e.contains("PUT failed"), "{e}");
+        assert!(e.contains("gateway 2 exited"), "{e}");
+        assert!(e.contains("panicked at here"), "{e}");
+        assert!(!e.contains("gateway 1"), "{e}");
+        let e = with_exits(
+            BenchError::Setup("PUT failed".into()),
+            [("gateway 1".to_owned(), &mut alive, alive_log)],
+        );
+        assert!(e.to_string().ends_with("PUT failed"), "{e}");
+    }
 
     /// A fresh directory for one test under the system's temporary directory, removed when
     /// dropped (the tests check what `Scratch` leaves inside it).

@@ -416,13 +416,15 @@ impl BlobStore {
             };
             // A verified segment is read into buffers and checked there, not sent by the
             // connection with `sendfile`: checking the pages first (a second read of each)
-            // measured far slower than the buffered path (docs/integrity.md).
-            let blob = (send && verify.is_none()).then(|| {
+            // measured far slower than the buffered path (docs/integrity.md). Either way, on
+            // local files every grain of the segment reads from one open file.
+            let blob = self.local_files.then(|| {
                 Arc::new(BlobFile {
                     file: tokio::sync::OnceCell::new(),
                     end: fetch_hi,
                 })
             });
+            let send = send && verify.is_none();
             let mut at = fetch_lo;
             while at < fetch_hi {
                 let to = fetch_hi.min(at + step);
@@ -431,6 +433,7 @@ impl BlobStore {
                     fetch: at..to,
                     want: at.max(want_lo)..to.min(want_hi),
                     file: blob.clone(),
+                    send,
                     verify: verify.clone(),
                 });
                 at = to;
@@ -450,14 +453,18 @@ impl BlobStore {
                         fetch: r,
                         want,
                         file,
+                        send,
                         verify,
                     } = spec;
                     pacer
                         .admit_counted(r.end - r.start, 0, want.end - want.start)
                         .await;
                     let grain = match file {
-                        Some(blob) => {
+                        Some(blob) if send => {
                             send_grain(&store, &path, r.clone(), &blob, buffers.clone()).await?
+                        }
+                        Some(blob) => {
+                            read_grain(&store, &path, r.clone(), &blob, buffers.clone()).await?
                         }
                         None => fetch(&store, &path, r.clone(), buffers.clone()).await?,
                     };
@@ -647,12 +654,14 @@ impl Grain {
 }
 
 /// One grain of a read: the blob, the bytes fetched (whole chunks when verified), the part of
-/// them sent, the blob's shared file when the connection sends it, and its checksums.
+/// them sent, the blob's shared file on local files, whether the connection sends the grain
+/// from it, and its checksums.
 struct GrainSpec {
     path: Path,
     fetch: Range<u64>,
     want: Range<u64>,
     file: Option<Arc<BlobFile>>,
+    send: bool,
     verify: Option<Verify>,
 }
 
@@ -730,26 +739,20 @@ struct BlobFile {
     end: u64,
 }
 
-/// `range` of a blob, for the connection to send from the blob's file, unread here. All
-/// grains of one blob in a read share one open file: opened afresh per grain, the file's
-/// read-ahead would start over small at every grain. The file is checked once, when opened,
-/// to hold all the read wants of it (blobs never change once written): a blob shorter than its
-/// record fails the read before its first byte, never sends short data. A backend that streams
-/// instead (none with local files) is fetched as [`fetch`] does.
-async fn send_grain(
+/// The blob's file, opened by the first grain to need it (the backend hands back the open
+/// file) and checked then to hold all the read wants of it (blobs never change once written):
+/// a blob shorter than its record fails the read before its first byte, never sends or reads
+/// short data. `None`: the backend streams instead (none with local files).
+async fn open_blob<'a>(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: Range<u64>,
-    blob: &BlobFile,
-    buffers: ReadBuffers,
-) -> object_store::Result<Grain> {
-    if !usize::try_from(range.end - range.start).is_ok_and(|n| n <= PLACEHOLDER_MAX) {
-        return fetch(store, path, range, buffers).await;
-    }
+    blob: &'a BlobFile,
+) -> object_store::Result<Option<&'a Arc<std::fs::File>>> {
     let opened = blob
         .file
         .get_or_try_init(|| async {
-            let result = get_range(store, path, range.clone()).await?;
+            let result = get_range(store, path, range).await?;
             let GetResultPayload::File(file, local) = result.payload else {
                 return Ok(None);
             };
@@ -768,43 +771,99 @@ async fn send_grain(
             Ok(Some(Arc::new(file)))
         })
         .await?;
-    match opened {
+    Ok(opened.as_ref())
+}
+
+/// `range` of a blob, for the connection to send from the blob's file, unread here. All
+/// grains of one blob in a read share one open file ([`open_blob`]): opened afresh per grain,
+/// the file's read-ahead would start over small at every grain. A backend that streams
+/// instead is fetched as [`fetch`] does.
+async fn send_grain(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    range: Range<u64>,
+    blob: &BlobFile,
+    buffers: ReadBuffers,
+) -> object_store::Result<Grain> {
+    if !usize::try_from(range.end - range.start).is_ok_and(|n| n <= PLACEHOLDER_MAX) {
+        return fetch(store, path, range, buffers).await;
+    }
+    match open_blob(store, path, range.clone(), blob).await? {
         Some(file) => Ok(Grain::File(Arc::clone(file), range)),
         None => fetch(store, path, range, buffers).await,
     }
 }
 
-/// Reads exactly `range` of `file` into an empty buffer from `buffers` (no zero-fill:
-/// `read_to_end` reads into the spare capacity); a file shorter than the range is an error,
-/// never short data.
+/// `range` of a blob read into a buffer (to be verified before it is sent), from the blob's
+/// file that all grains of the read share ([`open_blob`]) with a positioned read: the file's
+/// read-ahead state then runs from grain to grain, where a file opened per grain started
+/// over at every grain, and a grain costs one blocking call instead of an open, a stat and
+/// a read. A backend that streams instead is fetched as [`fetch`] does.
+async fn read_grain(
+    store: &Arc<dyn ObjectStore>,
+    path: &Path,
+    range: Range<u64>,
+    blob: &BlobFile,
+    buffers: ReadBuffers,
+) -> object_store::Result<Grain> {
+    let Some(file) = open_blob(store, path, range.clone(), blob).await? else {
+        return fetch(store, path, range, buffers).await;
+    };
+    let file = Arc::clone(file);
+    let name = path.to_string();
+    tokio::task::spawn_blocking(move || {
+        read_file_range(&file, range, &buffers)
+            .map(Grain::Bytes)
+            .map_err(|source| object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: format!("reading blob {name}: {source}").into(),
+            })
+    })
+    .await
+    .map_err(|e| object_store::Error::Generic {
+        store: "sluice",
+        source: Box::new(e),
+    })?
+}
+
+/// Reads exactly `range` of `file` into an empty buffer from `buffers` (no zero-fill: the
+/// positioned reads go into the buffer's spare capacity); a file shorter than the range is an
+/// error, never short data. Positioned reads leave the file's offset alone, so the grains of
+/// one blob may read its one open file at once.
 fn read_file_range(
     file: &std::fs::File,
     range: Range<u64>,
     buffers: &ReadBuffers,
 ) -> std::io::Result<Bytes> {
-    use std::io::{Read, Seek, SeekFrom};
     let len = range.end - range.start;
-    // All of the range is about to be read: have the kernel fetch it at once. The file was
-    // opened for this grain, so its read-ahead would otherwise start small and ramp up again
-    // inside every grain, a few hundred KiB in flight where a sequential reader of the same
-    // file has its whole window. Advice only: an error changes nothing but the speed.
+    // All of the range is about to be read: have the kernel fetch it at once rather than
+    // as its read-ahead window ramps up. Advice only: an error changes nothing but the speed.
     if let Some(n) = std::num::NonZeroU64::new(len) {
         let _ = rustix::fs::fadvise(file, range.start, Some(n), rustix::fs::Advice::WillNeed);
     }
-    let mut lent = buffers.take(usize::try_from(len).map_err(std::io::Error::other)?);
+    let want = usize::try_from(len).map_err(std::io::Error::other)?;
+    let mut lent = buffers.take(want);
     let buf = &mut lent.buf;
-    let mut file = file;
-    file.seek(SeekFrom::Start(range.start))?;
-    file.take(len).read_to_end(buf)?;
-    if buf.len() as u64 != len {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::UnexpectedEof,
-            format!(
-                "{} of {len} bytes: the blob is shorter than its record",
-                buf.len()
-            ),
-        ));
+    buf.reserve_exact(want);
+    while buf.len() < want {
+        let at = range.start + buf.len() as u64;
+        // Into all of the spare capacity: a kept buffer may hold more than the range (up to
+        // a grain), and what it reads past the range is cut off below.
+        match rustix::io::pread(file, rustix::buffer::spare_capacity(buf), at) {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "{} of {len} bytes: the blob is shorter than its record",
+                        buf.len()
+                    ),
+                ));
+            }
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
+    buf.truncate(want);
     Ok(lent.freeze())
 }
 

@@ -279,6 +279,8 @@ fn the_real_reports_serialize_to_what_the_renderer_reads() {
         cold_reads: false,
         rounds: vec![[500.0, 1000.0, 10.0, 20.0]],
         large_get_slices_s: vec![vec![0.5]],
+        large_put_slices_s: vec![vec![0.25]],
+        client_retries: 0,
     };
     let pg = crate::gateway::TargetResult {
         name: crate::gateway::PG_TARGET.to_owned(),
