@@ -16,7 +16,9 @@
 //! - `solo_scrub`: the victim alone beside the same scrub, which then has most of the tier.
 //!
 //! Then the same two tenants on one node agent whose local device the burst saturates
-//! ([`node`]: `node_solo`, `node_fifo`, `node_dmclock`).
+//! ([`node`]: `node_solo`, `node_fifo`, `node_dmclock`), and on two gateways over one shared
+//! tier and one PostgreSQL catalog ([`gateways`]: `two_gateways_uncoordinated`,
+//! `two_gateways`).
 //!
 //! The victim is open-loop: its GETs are issued on a fixed schedule, not after the previous
 //! reply, and each latency is measured from the scheduled time, so coordinated omission cannot
@@ -38,6 +40,7 @@ use crate::gateway::payload;
 use crate::procs::{self, ACCESS_KEY, SECRET_KEY};
 use crate::stats::Latencies;
 
+pub mod gateways;
 pub mod node;
 pub mod scrub;
 
@@ -76,6 +79,13 @@ pub struct Config {
     pub grain_bytes: u64,
     /// The node scenarios' local device.
     pub node: node::NodeConfig,
+    /// The scenarios to run (`solo`, the baseline, always runs); `None`, every one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub only: Option<Vec<String>>,
+    /// The directory of PostgreSQL's binaries for the two-gateway scenarios; `None`, they are
+    /// skipped.
+    #[serde(skip)]
+    pub postgres: Option<PathBuf>,
     #[serde(skip)]
     pub workdir: PathBuf,
     #[serde(skip)]
@@ -105,6 +115,8 @@ impl Config {
             drain_wait_s: 30.0,
             grain_bytes: 256 << 10,
             node: node::NodeConfig::default_run(),
+            only: None,
+            postgres: None,
             workdir,
             sluice,
         }
@@ -126,6 +138,15 @@ impl Config {
 
     fn checkpoint_bytes(&self) -> u64 {
         self.aggressor_object_bytes * self.aggressor_streams as u64
+    }
+
+    /// Whether scenario `name` is to run.
+    fn runs(&self, name: &str) -> bool {
+        name == "solo"
+            || self
+                .only
+                .as_ref()
+                .is_none_or(|only| only.iter().any(|n| n == name))
     }
 }
 
@@ -155,6 +176,10 @@ pub struct Scenario {
     /// `dmclock_scrub`: bytes per second the gateway's scrub read over the run.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scrub_bps: Option<f64>,
+    /// `two_gateways`: seconds from killing gateway 2 under load until gateway 1 alone moves
+    /// [`gateways::RECONVERGED`] of the tier (`null` if it did not within 10 s).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reconverge_s: Option<Option<f64>>,
     #[serde(skip)]
     pub latencies: Latencies,
 }
@@ -164,6 +189,16 @@ pub struct Report {
     pub seed: u64,
     pub config: Config,
     pub scenarios: Vec<Scenario>,
+    /// Scenarios that could not be measured here, and why.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub skipped: Vec<Skipped>,
+}
+
+/// A scenario this run could not measure (never reported with figures from elsewhere).
+#[derive(Debug, Clone, Serialize)]
+pub struct Skipped {
+    pub name: String,
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -534,6 +569,7 @@ pub async fn scenario(
         local_utilization: None,
         scrub_bps: matches!(kind, Kind::DmClockScrub | Kind::SoloScrub)
             .then(|| scrubbed as f64 / elapsed),
+        reconverge_s: None,
         latencies,
     })
 }
@@ -542,15 +578,38 @@ pub async fn scenario(
 pub async fn run(cfg: Config, progress: &(dyn Fn(&str, f64) + Sync)) -> Result<Report, BenchError> {
     std::fs::create_dir_all(&cfg.workdir)?;
     let mut scenarios: Vec<Scenario> = Vec::new();
-    for kind in Kind::ALL {
+    for kind in Kind::ALL.into_iter().filter(|k| cfg.runs(k.name())) {
         let solo = scenarios.first().map(|s| s.victim_p99_s);
         scenarios.push(scenario(&cfg, kind, solo, progress).await?);
     }
     scenarios.extend(node::run(&cfg, progress).await?);
+    let mut skipped = Vec::new();
+    let two: Vec<gateways::Kind> = gateways::Kind::ALL
+        .into_iter()
+        .filter(|k| cfg.runs(k.name()))
+        .collect();
+    if !two.is_empty() {
+        match &cfg.postgres {
+            Some(bin) => {
+                let solo = scenarios.first().map(|s| s.victim_p99_s);
+                let (measured, not) = gateways::run(&cfg, bin, &two, solo, progress).await?;
+                scenarios.extend(measured);
+                skipped.extend(not);
+            }
+            None => skipped.extend(two.iter().map(|k| Skipped {
+                name: k.name().to_owned(),
+                reason: format!(
+                    "no PostgreSQL for the two gateways' shared catalog ({})",
+                    crate::postgres::INSTALL_HINT
+                ),
+            })),
+        }
+    }
     Ok(Report {
         seed: cfg.seed,
         config: cfg,
         scenarios,
+        skipped,
     })
 }
 
@@ -560,7 +619,7 @@ pub fn table(r: &Report) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<14} {:>9} {:>9} {:>10} {:>8} {:>15} {:>10} {:>10} {:>8} {:>6}",
+        "{:<26} {:>9} {:>9} {:>10} {:>8} {:>15} {:>10} {:>10} {:>8} {:>6}",
         "scenario",
         "p50",
         "p99",
@@ -575,7 +634,7 @@ pub fn table(r: &Report) -> String {
     for s in &r.scenarios {
         let _ = writeln!(
             out,
-            "{:<14} {:>8.1}ms {:>8.1}ms {:>9.1}ms {:>7.2}x {:>7.1} of {:>4.0} {:>10} {:>10} {:>7.0}% {:>6}",
+            "{:<26} {:>8.1}ms {:>8.1}ms {:>9.1}ms {:>7.2}x {:>7.1} of {:>4.0} {:>10} {:>10} {:>7.0}% {:>6}",
             s.name,
             s.victim_p50_s * 1e3,
             s.victim_p99_s * 1e3,
@@ -591,6 +650,20 @@ pub fn table(r: &Report) -> String {
             s.local_utilization.unwrap_or(s.tier_utilization) * 100.0,
             s.victim_errors
         );
+    }
+    for s in &r.scenarios {
+        if let Some(reconverge) = s.reconverge_s {
+            let _ = writeln!(
+                out,
+                "{}: with gateway 2 killed under load, gateway 1 alone moved {:.0}% of the tier {}",
+                s.name,
+                gateways::RECONVERGED * 100.0,
+                reconverge.map_or("not within 10 s".to_owned(), |v| format!("{v:.2} s after"))
+            );
+        }
+    }
+    for k in &r.skipped {
+        let _ = writeln!(out, "{}: not measured: {}", k.name, k.reason);
     }
     for s in r.scenarios.iter().filter(|s| s.scrub_bps.is_some()) {
         let _ = writeln!(

@@ -251,6 +251,7 @@ pub async fn scenario(
                 / (cfg.node.local_bandwidth_bps * elapsed),
         ),
         scrub_bps: None,
+        reconverge_s: None,
         latencies,
     })
 }
@@ -261,7 +262,7 @@ pub async fn run(
     progress: &(dyn Fn(&str, f64) + Sync),
 ) -> Result<Vec<Scenario>, BenchError> {
     let mut out: Vec<Scenario> = Vec::new();
-    for kind in Kind::ALL {
+    for kind in Kind::ALL.into_iter().filter(|k| cfg.runs(k.name())) {
         let solo = out.first().map(|s| s.victim_p99_s);
         out.push(scenario(cfg, kind, solo, progress).await?);
     }

@@ -337,8 +337,10 @@ fn the_real_reports_serialize_to_what_the_renderer_reads() {
             drain_completion_s: Some(16.0),
             local_utilization: None,
             scrub_bps: None,
+            reconverge_s: None,
             latencies: crate::stats::Latencies::default(),
         }],
+        skipped: Vec::new(),
     };
     let mut inputs = none();
     inputs.gateway.json = Some(serde_json::to_value(&gateway).expect("serializes"));
