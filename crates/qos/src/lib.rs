@@ -173,6 +173,7 @@ pub mod cost;
 mod error;
 mod heap;
 mod scheduler;
+pub mod split;
 mod tag;
 mod tenant;
 
