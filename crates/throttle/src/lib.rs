@@ -116,6 +116,43 @@ pub enum ThrottleError {
 struct Slot {
     id: TenantId,
     waiting: AtomicUsize,
+    /// Cost units asked for and granted, since start (see [`Throttle::usage`]).
+    asked: AtomicU64,
+    served: AtomicU64,
+}
+
+impl Slot {
+    fn new(id: TenantId) -> Arc<Self> {
+        Arc::new(Self {
+            id,
+            waiting: AtomicUsize::new(0),
+            asked: AtomicU64::new(0),
+            served: AtomicU64::new(0),
+        })
+    }
+}
+
+/// A tenant's admissions so far, in cost units (see [`Throttle::usage`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantUsage {
+    pub name: String,
+    /// Cost units of every admission asked for since start (granted or waiting).
+    pub asked: u64,
+    /// Cost units granted since start.
+    pub served: u64,
+    /// Requests waiting for their first admission now.
+    pub waiting: usize,
+}
+
+/// This gateway's part of a tier shared with other gateways (see [`Throttle::set_share`]):
+/// the capacity it may use and, per tenant, the local reservation, weight and limit. Tenants
+/// it does not name keep their configured weight with reservation and limit times `scale`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Share {
+    /// Bytes (cost units) per second.
+    pub capacity: f64,
+    pub tenants: HashMap<String, TenantQos>,
+    pub scale: f64,
 }
 
 enum Msg {
@@ -128,6 +165,8 @@ enum Msg {
         specs: Vec<(Option<TenantId>, TenantQos)>,
         reply: oneshot::Sender<Result<Vec<TenantId>, QosError>>,
     },
+    /// The tier's capacity for this dispatcher changes (bytes per second).
+    Capacity(f64),
     /// Adds background class `id`, or changes its rate.
     Class { id: ClassId, rate: Option<f64> },
     /// The class's last handle is gone.
@@ -167,6 +206,8 @@ pub struct Throttle {
     tx: mpsc::UnboundedSender<Msg>,
     tenants: Arc<RwLock<SlotMap>>,
     specs: Arc<RwLock<Vec<TenantSpec>>>,
+    /// This gateway's part of a shared tier, when the cluster coordinator set one.
+    share: Arc<RwLock<Option<Share>>>,
     cost: CostModel,
     config: ThrottleConfig,
     route: Route,
@@ -203,13 +244,7 @@ impl Throttle {
                 Some(id) => id,
                 None => sched.add_tenant(effective(config.policy, t.qos)),
             };
-            map.insert(
-                t.name.clone(),
-                Arc::new(Slot {
-                    id,
-                    waiting: AtomicUsize::new(0),
-                }),
-            );
+            map.insert(t.name.clone(), Slot::new(id));
         }
         let (tx, rx) = mpsc::unbounded_channel();
         tokio::spawn(dispatch(sched, rx, config, shared));
@@ -217,6 +252,7 @@ impl Throttle {
             tx,
             tenants: Arc::new(RwLock::new(Arc::new(map))),
             specs: Arc::new(RwLock::new(tenants)),
+            share: Arc::default(),
             cost,
             config,
             route: Route::Tenants,
@@ -239,6 +275,7 @@ impl Throttle {
             tx: self.tx.clone(),
             tenants: Arc::clone(&self.tenants),
             specs: Arc::clone(&self.specs),
+            share: Arc::clone(&self.share),
             cost: self.cost,
             config: self.config,
             route: Route::Background(Arc::new(ClassHandle {
@@ -333,6 +370,7 @@ impl Throttle {
     async fn wait(&self, slot: &Slot, cost: u64) -> Duration {
         let started = Instant::now();
         let (grant, granted) = oneshot::channel();
+        slot.asked.fetch_add(cost, Ordering::Relaxed);
         if self
             .tx
             .send(Msg::Admit {
@@ -344,7 +382,11 @@ impl Throttle {
         {
             return Duration::ZERO;
         }
-        let _ = granted.await;
+        if granted.await.is_ok() {
+            slot.served.fetch_add(cost, Ordering::Relaxed);
+        } else {
+            slot.asked.fetch_sub(cost, Ordering::Relaxed);
+        }
         started.elapsed()
     }
 
@@ -381,18 +423,97 @@ impl Throttle {
             if let Some(id) = shared {
                 let mut map = (*current).clone();
                 for t in &tenants {
-                    map.entry(t.name.clone()).or_insert_with(|| {
-                        Arc::new(Slot {
-                            id,
-                            waiting: AtomicUsize::new(0),
-                        })
-                    });
+                    map.entry(t.name.clone()).or_insert_with(|| Slot::new(id));
                 }
                 *self.tenants.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
             }
             *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
             return Ok(());
         }
+        self.apply(&tenants).await?;
+        *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
+        Ok(())
+    }
+
+    /// Sets this gateway's part of a tier shared with other gateways (`None`: the whole
+    /// capacity and the configured parameters again). Off the request path: the dispatcher
+    /// takes the new capacity and parameters between two decisions. Local reservations that
+    /// do not fit the share's capacity are scaled down to fit.
+    pub async fn set_share(&self, share: Option<Share>) -> Result<(), ThrottleError> {
+        let capacity = share.as_ref().map_or(self.config.bandwidth, |s| s.capacity);
+        if !(capacity.is_finite() && capacity > 0.0) {
+            return Err(ThrottleError::Rate(capacity));
+        }
+        *self.share.write().unwrap_or_else(PoisonError::into_inner) = share;
+        self.tx
+            .send(Msg::Capacity(capacity))
+            .map_err(|_| ThrottleError::Stopped)?;
+        if self.config.policy == Policy::Fifo {
+            return Ok(());
+        }
+        let specs = self.specs();
+        self.apply(&specs).await
+    }
+
+    /// This gateway's part of a shared tier, if one is set.
+    pub fn share(&self) -> Option<Share> {
+        self.share
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Every tenant's admissions so far (cumulative counters: a reader takes differences).
+    pub fn usage(&self) -> Vec<TenantUsage> {
+        let map = self
+            .tenants
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut out: Vec<TenantUsage> = map
+            .iter()
+            .map(|(name, s)| TenantUsage {
+                name: name.clone(),
+                asked: s.asked.load(Ordering::Relaxed),
+                served: s.served.load(Ordering::Relaxed),
+                waiting: s.waiting.load(Ordering::Relaxed),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// The parameters the scheduler runs for `tenants` under the current share.
+    fn local(&self, tenants: &[TenantSpec]) -> Vec<TenantQos> {
+        let share = self.share();
+        let Some(share) = share else {
+            return tenants.iter().map(|t| t.qos).collect();
+        };
+        let mut local: Vec<TenantQos> = tenants
+            .iter()
+            .map(|t| match share.tenants.get(&t.name) {
+                Some(q) => *q,
+                None => TenantQos::new(
+                    t.qos.reservation() * share.scale,
+                    t.qos.weight(),
+                    t.qos.limit().map(|l| l * share.scale),
+                )
+                .unwrap_or(t.qos),
+            })
+            .collect();
+        let reserved: f64 = local.iter().map(TenantQos::reservation).sum();
+        if reserved > share.capacity {
+            let k = share.capacity / reserved;
+            for q in &mut local {
+                *q = TenantQos::new(q.reservation() * k, q.weight(), q.limit()).unwrap_or(*q);
+            }
+        }
+        local
+    }
+
+    /// Hands the scheduler `tenants`' parameters under the current share and makes slots for
+    /// new tenants.
+    async fn apply(&self, tenants: &[TenantSpec]) -> Result<(), ThrottleError> {
         let current = self
             .tenants
             .read()
@@ -400,10 +521,11 @@ impl Throttle {
             .clone();
         let specs = tenants
             .iter()
-            .map(|t| {
+            .zip(self.local(tenants))
+            .map(|(t, q)| {
                 (
                     current.get(&t.name).map(|s| s.id),
-                    effective(self.config.policy, t.qos),
+                    effective(self.config.policy, q),
                 )
             })
             .collect();
@@ -414,15 +536,9 @@ impl Throttle {
         let ids = answer.await.map_err(|_| ThrottleError::Stopped)??;
         let mut map = (*current).clone();
         for (t, id) in tenants.iter().zip(ids) {
-            map.entry(t.name.clone()).or_insert_with(|| {
-                Arc::new(Slot {
-                    id,
-                    waiting: AtomicUsize::new(0),
-                })
-            });
+            map.entry(t.name.clone()).or_insert_with(|| Slot::new(id));
         }
         *self.tenants.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(map);
-        *self.specs.write().unwrap_or_else(PoisonError::into_inner) = tenants;
         Ok(())
     }
 }
@@ -460,10 +576,13 @@ async fn dispatch(
     let paced = config.policy != Policy::RateLimit;
     let mut free_at = epoch;
     let mut background: Classes<oneshot::Sender<()>> = Classes::default();
+    let mut bandwidth = config.bandwidth;
     let handle = |sched: &mut Scheduler<oneshot::Sender<()>>,
                   background: &mut Classes<oneshot::Sender<()>>,
+                  bandwidth: &mut f64,
                   msg: Msg,
                   now: Instant| match msg {
+        Msg::Capacity(bw) => *bandwidth = bw,
         Msg::Admit {
             tenant,
             cost,
@@ -512,14 +631,20 @@ async fn dispatch(
     };
     loop {
         while let Ok(msg) = rx.try_recv() {
-            handle(&mut sched, &mut background, msg, Instant::now());
+            handle(
+                &mut sched,
+                &mut background,
+                &mut bandwidth,
+                msg,
+                Instant::now(),
+            );
         }
         let now = Instant::now();
         if paced && free_at > now + config.lookahead {
             tokio::select! {
                 () = tokio::time::sleep_until(free_at - config.lookahead) => {}
                 msg = rx.recv() => match msg {
-                    Some(m) => handle(&mut sched, &mut background, m, Instant::now()),
+                    Some(m) => handle(&mut sched, &mut background, &mut bandwidth, m, Instant::now()),
                     None => return,
                 },
             }
@@ -527,7 +652,7 @@ async fn dispatch(
         }
         let mut wake = match sched.dequeue(now - epoch) {
             Decision::Dispatch(d) => {
-                let service = Duration::from_secs_f64(d.cost as f64 / config.bandwidth);
+                let service = Duration::from_secs_f64(d.cost as f64 / bandwidth);
                 if paced {
                     free_at = free_at.max(now) + service;
                 }
@@ -543,7 +668,7 @@ async fn dispatch(
         // The tier has room and no tenant request may go now: the background's turn.
         match background.pop(now - epoch) {
             Pop::Grant(w) => {
-                let service = Duration::from_secs_f64(w.cost as f64 / config.bandwidth);
+                let service = Duration::from_secs_f64(w.cost as f64 / bandwidth);
                 if paced {
                     free_at = free_at.max(now) + service;
                 }
@@ -563,13 +688,19 @@ async fn dispatch(
                 tokio::select! {
                     () = tokio::time::sleep_until(epoch + at) => {}
                     msg = rx.recv() => match msg {
-                        Some(m) => handle(&mut sched, &mut background, m, Instant::now()),
+                        Some(m) => handle(&mut sched, &mut background, &mut bandwidth, m, Instant::now()),
                         None => return,
                     },
                 }
             }
             None => match rx.recv().await {
-                Some(m) => handle(&mut sched, &mut background, m, Instant::now()),
+                Some(m) => handle(
+                    &mut sched,
+                    &mut background,
+                    &mut bandwidth,
+                    m,
+                    Instant::now(),
+                ),
                 None => return,
             },
         }

@@ -272,3 +272,72 @@ async fn reload_swaps_parameters_and_refuses_overbooking() {
 }
 
 mod background;
+
+/// A share set live (as the cluster coordinator does every round) changes the pace and the
+/// tenants' local parameters at once, and the usage counters see every granted byte.
+#[tokio::test(start_paused = true)]
+async fn a_live_share_changes_capacity_and_limits() {
+    let t = Throttle::start(
+        config(Policy::DmClock, 64.0),
+        vec![
+            TenantSpec {
+                name: "a".into(),
+                qos: qos(0.0, 1.0, None),
+            },
+            TenantSpec {
+                name: "b".into(),
+                qos: qos(0.0, 1.0, Some(40.0)),
+            },
+        ],
+    )
+    .expect("start");
+    let whole = saturate(&t, &["a", "b"], 4, 5).await;
+    let whole_total = (whole[0] + whole[1]) as f64 / 5.0 / MIB;
+    assert!((whole_total - 64.0).abs() < 64.0 * 0.05, "{whole_total}");
+    t.set_share(Some(Share {
+        capacity: 16.0 * MIB,
+        tenants: HashMap::from([("b".to_owned(), qos(0.0, 1.0, Some(4.0)))]),
+        scale: 0.25,
+    }))
+    .await
+    .expect("share");
+    // The grains granted under the old share (the lookahead) drain first.
+    let settle = saturate(&t, &["a", "b"], 4, 1).await;
+    let part = saturate(&t, &["a", "b"], 4, 10).await;
+    let (a, b) = (part[0] as f64 / 10.0 / MIB, part[1] as f64 / 10.0 / MIB);
+    // Each of the 8 streams may finish one grain granted before the deadline: 0.8 MiB/s
+    // over 10 s on top of the share; b's limit allows its bucket (2 grains) on top of that.
+    assert!(
+        a + b >= 16.0 * 0.97 && a + b <= 16.0 + 0.8 + 0.1,
+        "a {a} b {b} of 16"
+    );
+    assert!(b <= 4.0 + 0.4 + 0.2 + 0.05, "b's local limit 4: {b}");
+    assert!(b >= 4.0 * 0.9, "b held to its local limit, not below: {b}");
+    // The configured parameters are unchanged; only the local ones follow the share.
+    assert_eq!(t.specs()[1].qos.limit(), Some(40.0 * MIB));
+    let usage = t.usage();
+    let served: u64 = usage.iter().map(|u| u.served).sum();
+    let granted: u64 = whole.iter().chain(&settle).chain(&part).sum();
+    // Served counts cost units: each 1 MiB grain plus its per-op cost.
+    assert!(served >= granted, "served {served} < granted {granted}");
+    assert!(usage.iter().all(|u| u.asked == u.served && u.waiting == 0));
+    // Back to the whole tier.
+    t.set_share(None).await.expect("unshare");
+    let again = saturate(&t, &["a", "b"], 4, 5).await;
+    let total = (again[0] + again[1]) as f64 / 5.0 / MIB;
+    assert!((total - 64.0).abs() < 64.0 * 0.05, "{total}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_share_without_capacity_is_refused() {
+    let t = Throttle::start(config(Policy::DmClock, 64.0), Vec::new()).expect("start");
+    let bad = Share {
+        capacity: 0.0,
+        tenants: HashMap::new(),
+        scale: 1.0,
+    };
+    assert!(matches!(
+        t.set_share(Some(bad)).await,
+        Err(ThrottleError::Rate(_))
+    ));
+}
