@@ -368,6 +368,15 @@ impl Inner {
             Ok(())
         })
     }
+
+    fn lease_holder(&self, name: &str) -> Result<Option<String>> {
+        let row = self.db.read_one(
+            "SELECT holder FROM leases WHERE name = $1
+             AND expires_ms > (EXTRACT(EPOCH FROM now()) * 1000)::BIGINT",
+            &[&name],
+        )?;
+        Ok(row.map(|r| r.get(0)))
+    }
 }
 
 impl Engine for PgCatalog {
@@ -565,5 +574,9 @@ impl Engine for PgCatalog {
 
     fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
         self.inner.release_lease(name, holder)
+    }
+
+    fn lease_holder(&self, name: &str) -> Result<Option<String>> {
+        self.inner.lease_holder(name)
     }
 }

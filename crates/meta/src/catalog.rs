@@ -319,6 +319,10 @@ pub trait Engine: Send + Sync {
     /// Gives the lease `name` up if `holder` holds it (otherwise changes nothing).
     fn release_lease(&self, name: &str, holder: &str) -> Result<()>;
 
+    /// Who holds the lease `name` now, if anyone's is live (the gateways find their QoS
+    /// coordinator by it).
+    fn lease_holder(&self, name: &str) -> Result<Option<String>>;
+
     // ---- node agents' escrow ---------------------------------------------------------
 
     /// Sets `holder`'s (a node agent's) escrow of `tenant`'s quota to `target` bytes for

@@ -192,6 +192,10 @@ impl Engine for RedbCatalog {
         Self::release_lease(self, name, holder)
     }
 
+    fn lease_holder(&self, name: &str) -> Result<Option<String>> {
+        Self::lease_holder(self, name)
+    }
+
     fn grant_escrow(
         &self,
         tenant: &str,

@@ -114,6 +114,16 @@ impl RedbCatalog {
         Ok(true)
     }
 
+    /// [`crate::Engine::lease_holder`].
+    pub fn lease_holder(&self, name: &str) -> Result<Option<String>> {
+        let txn = redb::ReadableDatabase::begin_read(self.database())?;
+        let t = txn.open_table(LEASES)?;
+        let current: Option<LeaseRecord> = t.get(name)?.map(|v| decode(v.value())).transpose()?;
+        Ok(current
+            .filter(|c| c.expires_ms > now_ms())
+            .map(|c| c.holder))
+    }
+
     /// [`crate::Engine::release_lease`].
     pub fn release_lease(&self, name: &str, holder: &str) -> Result<()> {
         let txn = self.begin()?;
