@@ -37,6 +37,9 @@ pub struct FileCapacity {
     pub policy: Option<String>,
     pub queue_depth: Option<usize>,
     pub grain: Option<ByteSize>,
+    /// `[gateway.capacity] coordinate`: whether the gateways on one shared catalog share
+    /// this capacity (default true).
+    pub coordinate: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -102,6 +102,10 @@ pub struct Capacity {
     pub queue_depth: usize,
     /// The scheduling unit of bodies, in bytes (1–4 MiB).
     pub grain: u64,
+    /// `coordinate` (default true): with a shared catalog, the gateways on it share this
+    /// capacity, split among them by demand (see docs/cluster-qos.md); false: each paces to
+    /// all of it on its own. Nothing changes with the embedded catalog (one gateway).
+    pub coordinate: bool,
 }
 
 /// How the gateway arbitrates the shared tier between tenants.

@@ -21,6 +21,7 @@ pub(crate) fn capacity(c: &FileAgentCapacity) -> Result<Capacity, ConfigError> {
             policy: c.policy.clone(),
             queue_depth: c.queue_depth,
             grain: c.grain,
+            coordinate: None,
         },
     )
 }

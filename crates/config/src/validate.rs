@@ -294,6 +294,7 @@ pub(crate) fn capacity(
         policy,
         queue_depth,
         grain,
+        coordinate: c.coordinate.unwrap_or(true),
     })
 }
 
@@ -577,6 +578,20 @@ mod tests {
             .expect_err("must fail")
             .to_string();
         assert!(err.contains("tenant[1] \"bob\": access_key"), "{err}");
+    }
+
+    #[test]
+    fn capacity_is_coordinated_unless_said_otherwise() {
+        let on = parse("[gateway.capacity]\nbandwidth = \"48MiB/s\"\n").expect("valid");
+        let cap = |c: Config| c.gateway.and_then(|g| g.throttle).expect("capacity");
+        assert!(cap(on).coordinate);
+        let off = parse("[gateway.capacity]\nbandwidth = \"48MiB/s\"\ncoordinate = false\n")
+            .expect("valid");
+        assert!(!cap(off).coordinate);
+        let err = parse("[gateway.capacity]\nbandwidth = \"48MiB/s\"\ncoordinate = \"yes\"\n")
+            .expect_err("a string is not a bool")
+            .to_string();
+        assert!(err.contains("coordinate"), "{err}");
     }
 
     #[test]

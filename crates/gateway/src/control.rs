@@ -58,6 +58,8 @@ pub struct Control {
     pub(crate) sealer: Arc<Sealer>,
     /// The bearer token `POST /admin` requires (see `admin`); `None`: no admin endpoint.
     pub(crate) admin_token: Option<Arc<str>>,
+    /// This gateway's part in cluster-wide QoS, when it shares the tier (see `cluster`).
+    pub(crate) cluster: Option<Arc<crate::cluster::Cluster>>,
 }
 
 /// Puts the configured tenants' capacity limits into the ledger: bytes, objects (with uploads
@@ -155,6 +157,9 @@ impl Control {
         let mut text = self.metrics.render("sluice", &gauges);
         text.push_str(&sluice_serve::sendfile::render_metrics());
         text.push_str(&self.scrub.render());
+        if let Some(c) = &self.cluster {
+            text.push_str(&c.render());
+        }
         text
     }
 
@@ -269,6 +274,9 @@ impl Control {
                 if req.uri().path().starts_with(crate::admin::ADMIN_PATH) {
                     return control.admin(req).await;
                 }
+                if req.uri().path().starts_with("/qos/") {
+                    return Ok(control.qos(req).await);
+                }
                 Ok::<_, Infallible>(control.answer(&req).await)
             }
         });
@@ -297,6 +305,99 @@ impl Control {
         }
     }
 
+    /// `GET /qos/cluster` (the admin token) and `POST /qos/report` (a gateway's signed
+    /// report; see `cluster`).
+    async fn qos(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
+        use http_body_util::BodyExt as _;
+        let reply = |status: StatusCode, body: String| {
+            let mut resp = Response::new(Full::new(Bytes::from(body + "\n")));
+            *resp.status_mut() = status;
+            resp.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static("application/json"),
+            );
+            resp
+        };
+        let error =
+            |status, why: &str| reply(status, serde_json::json!({ "error": why }).to_string());
+        let Some(cluster) = &self.cluster else {
+            return error(
+                StatusCode::NOT_FOUND,
+                "this gateway does not share its tier (no shared catalog, no [gateway.capacity], or coordinate = false)",
+            );
+        };
+        match (req.method().clone(), req.uri().path()) {
+            (hyper::Method::GET, "/qos/cluster") => {
+                let given = req
+                    .headers()
+                    .get(hyper::header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.strip_prefix("Bearer "))
+                    .unwrap_or("");
+                let Some(token) = self.admin_token.as_deref() else {
+                    return error(StatusCode::NOT_FOUND, "no admin token on this gateway");
+                };
+                let admin = given.len() == token.len()
+                    && given
+                        .bytes()
+                        .zip(token.bytes())
+                        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+                        == 0;
+                if !admin && crate::admin::node::node_of(token, given).is_none() {
+                    tracing::warn!("a read of /qos/cluster without the admin token refused");
+                    return error(
+                        StatusCode::UNAUTHORIZED,
+                        "admin credentials required (Authorization: Bearer <admin token>)",
+                    );
+                }
+                let view = serde_json::to_string(&cluster.view()).unwrap_or_default();
+                reply(StatusCode::OK, view)
+            }
+            (hyper::Method::POST, "/qos/report") => {
+                let signature = req
+                    .headers()
+                    .get(crate::cluster::SIGNATURE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+                    .unwrap_or_default();
+                let body = match http_body_util::Limited::new(req.into_body(), 1 << 20)
+                    .collect()
+                    .await
+                {
+                    Ok(b) => b.to_bytes(),
+                    Err(e) => {
+                        return error(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"));
+                    }
+                };
+                if !cluster.verify(&signature, &body) {
+                    tracing::warn!("a QoS report without a valid signature refused");
+                    return error(
+                        StatusCode::FORBIDDEN,
+                        "not a signed report of this deployment",
+                    );
+                }
+                let report = match serde_json::from_slice::<crate::cluster::Report>(&body) {
+                    Ok(r) => r,
+                    Err(e) => return error(StatusCode::BAD_REQUEST, &format!("not a report: {e}")),
+                };
+                match cluster.take_report(report) {
+                    Some(view) => reply(
+                        StatusCode::OK,
+                        serde_json::to_string(&view).unwrap_or_default(),
+                    ),
+                    None => error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not coordinating now (or still collecting reports)",
+                    ),
+                }
+            }
+            _ => error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GET /qos/cluster or POST /qos/report",
+            ),
+        }
+    }
+
     async fn answer<B>(&self, req: &Request<B>) -> Response<Full<Bytes>> {
         let (status, ctype, body) = match req.uri().path() {
             "/metrics" => (StatusCode::OK, "text/plain; version=0.0.4", self.render()),
@@ -311,7 +412,8 @@ impl Control {
             _ => (
                 StatusCode::NOT_FOUND,
                 "text/plain",
-                "not found; try /metrics, /healthz, /readyz or POST /admin\n".to_owned(),
+                "not found; try /metrics, /healthz, /readyz, GET /qos/cluster or POST /admin\n"
+                    .to_owned(),
             ),
         };
         let mut resp = Response::new(Full::new(Bytes::from(body)));

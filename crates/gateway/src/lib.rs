@@ -21,6 +21,7 @@
 //! model (see `sluice-meta`): the next start reconciles.
 
 pub mod admin;
+pub mod cluster;
 mod control;
 pub mod scrub;
 mod server;

@@ -217,6 +217,7 @@ impl Gateway {
             scrub: crate::scrub::Scrub::new(g.scrub),
             sealer,
             admin_token,
+            cluster: None,
         };
         Ok(Self {
             front,
@@ -243,8 +244,10 @@ impl Gateway {
             metrics,
             tls,
         } = listeners;
+        let cluster = self.cluster(addr, metrics.as_ref().map(|m| m.1));
         let mut control = self.control;
         control.tls.clone_from(&tls);
+        control.cluster = cluster;
         let blobs = Arc::clone(self.front.blobs());
         let service = sluice_s3::gateway_service(self.front, &control.tenants);
         let (tx, rx) = watch::channel(false);
@@ -259,6 +262,14 @@ impl Gateway {
             crate::scrub::holder(addr, control.catalog.is_shared()),
             rx.clone(),
         ));
+        let mut background = vec![refresh, scrub];
+        if let Some(cluster) = &control.cluster {
+            background.push(tokio::spawn(crate::cluster::run(
+                Arc::clone(cluster),
+                Arc::clone(&control.catalog),
+                rx.clone(),
+            )));
+        }
         let task = tokio::spawn(serve(listener, tls, service, HEADER_READ_TIMEOUT, rx));
         Running {
             addr,
@@ -266,7 +277,39 @@ impl Gateway {
             control,
             shutdown: tx,
             task,
-            background: vec![refresh, scrub],
+            background,
+        }
+    }
+
+    /// This gateway's part in cluster-wide QoS: with a shared catalog, a dmClock capacity
+    /// with `coordinate = true` and a control listener to be reached on (see `cluster`).
+    fn cluster(
+        &self,
+        s3: SocketAddr,
+        control: Option<SocketAddr>,
+    ) -> Option<Arc<crate::cluster::Cluster>> {
+        let g = gateway_section(&self.config).ok()?;
+        let capacity = g.throttle?;
+        if !self.control.catalog.is_shared()
+            || !capacity.coordinate
+            || capacity.policy != Policy::DmClock
+        {
+            return None;
+        }
+        let Some(control) = control else {
+            tracing::warn!(
+                "[gateway.capacity] coordinate needs metrics_listen (the gateways report there): \
+                 this gateway paces to the whole capacity on its own"
+            );
+            return None;
+        };
+        let throttle = self.control.throttle.clone()?;
+        match crate::cluster::Cluster::new(&self.config, throttle, s3, control) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!(error = %e, "cluster QoS could not start: pacing to the whole capacity");
+                None
+            }
         }
     }
 }

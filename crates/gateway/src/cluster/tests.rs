@@ -1,0 +1,170 @@
+//! The coordinator's and a member's decisions in paused tokio time, and report signatures.
+
+use super::*;
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+fn report(id: &str, tenants: &[(&str, f64)]) -> Report {
+    Report {
+        id: id.to_owned(),
+        s3: format!("http://{id}"),
+        control: format!("http://{id}/control"),
+        tenants: tenants
+            .iter()
+            .map(|(t, d)| {
+                (
+                    (*t).to_owned(),
+                    Usage {
+                        demand_bps: *d,
+                        served_bps: 0.0,
+                    },
+                )
+            })
+            .collect(),
+    }
+}
+
+fn tenants() -> BTreeMap<String, TenantQos> {
+    BTreeMap::from([
+        (
+            "a".to_owned(),
+            TenantQos::new(0.0, 1.0, None).expect("valid"),
+        ),
+        (
+            "b".to_owned(),
+            TenantQos::new(0.0, 3.0, Some(30.0 * MIB)).expect("valid"),
+        ),
+    ])
+}
+
+fn total(v: &View) -> f64 {
+    v.gateways.iter().map(|g| g.capacity_bps).sum()
+}
+
+/// A gateway killed under load: its share is back with the others within 2 s, while the
+/// survivors keep reporting every round.
+#[tokio::test(start_paused = true)]
+async fn a_dead_gateways_share_is_reassigned_within_two_seconds() {
+    let cap = 48.0 * MIB;
+    let mut c = Coordinator::new("g1", Instant::now());
+    let round = |c: &mut Coordinator, ids: &[&str]| {
+        for id in ids {
+            c.report(
+                Instant::now(),
+                report(id, &[("a", 20.0 * MIB), ("b", 40.0 * MIB)]),
+            );
+        }
+        c.assign(Instant::now(), cap, &tenants())
+    };
+    assert!(round(&mut c, &["g1", "g2", "g3"]).is_none(), "warming up");
+    tokio::time::advance(WARMUP).await;
+    let v = round(&mut c, &["g1", "g2", "g3"]).expect("assigned");
+    assert_eq!(v.gateways.len(), 3);
+    assert!((total(&v) - cap).abs() < 1.0);
+    let killed = Instant::now();
+    let mut converged = None;
+    while killed.elapsed() < Duration::from_secs(3) {
+        tokio::time::advance(ROUND).await;
+        let v = round(&mut c, &["g1", "g2"]).expect("assigned");
+        if v.gateways.len() == 2 {
+            assert!((total(&v) - cap).abs() < 1.0, "{}", total(&v));
+            // B's limit is split over the two survivors only.
+            let l: f64 = v
+                .gateways
+                .iter()
+                .map(|g| g.tenants["b"].limit_bps.expect("limited"))
+                .sum();
+            assert!((l - 30.0 * MIB).abs() < 1.0);
+            converged = Some(killed.elapsed());
+            break;
+        }
+    }
+    let t = converged.expect("re-converged");
+    assert!(t <= Duration::from_secs(2), "re-converged after {t:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_member_without_a_coordinator_falls_back_to_capacity_over_n() {
+    let cap = 48.0 * MIB;
+    let mut c = Coordinator::new("g1", Instant::now());
+    tokio::time::advance(WARMUP).await;
+    for id in ["g1", "g2", "g3"] {
+        c.report(Instant::now(), report(id, &[("a", 10.0 * MIB)]));
+    }
+    let v = c.assign(Instant::now(), cap, &tenants()).expect("assigned");
+    let mut m = Member::new("g2", Instant::now());
+    assert!(matches!(
+        m.round(Instant::now(), Some(&v)),
+        Action::Apply(_)
+    ));
+    assert_eq!(m.live(), 3);
+    // The coordinator goes away: the last share is kept, then capacity / 3.
+    let lost = Instant::now();
+    let fell_back = loop {
+        tokio::time::advance(ROUND).await;
+        match m.round(Instant::now(), None) {
+            Action::Keep => assert!(!m.fallback()),
+            Action::Fallback(n) => break (n, lost.elapsed()),
+            Action::Apply(_) => panic!("no view, no share"),
+        }
+    };
+    assert_eq!(
+        fell_back.0, 3,
+        "never the whole capacity with three gateways"
+    );
+    assert!(fell_back.1 >= FALLBACK_AFTER && fell_back.1 <= FALLBACK_AFTER + ROUND);
+    assert!(m.fallback());
+    let s = fallback_share(cap, fell_back.0);
+    assert!((s.capacity - cap / 3.0).abs() < 1.0);
+    assert!((s.scale - 1.0 / 3.0).abs() < 1e-12);
+    // A view that does not name this gateway is no assignment either.
+    let other = View {
+        gateways: v
+            .gateways
+            .iter()
+            .filter(|g| g.id != "g2")
+            .cloned()
+            .collect(),
+        ..v.clone()
+    };
+    assert!(matches!(
+        m.round(Instant::now(), Some(&other)),
+        Action::Fallback(3)
+    ));
+    // The coordinator is back.
+    assert!(matches!(
+        m.round(Instant::now(), Some(&v)),
+        Action::Apply(_)
+    ));
+    assert!(!m.fallback());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lone_gateway_gets_the_whole_capacity_and_fallback_never_exceeds_it() {
+    let mut c = Coordinator::new("g1", Instant::now());
+    tokio::time::advance(WARMUP).await;
+    c.report(Instant::now(), report("g1", &[("a", 1.0)]));
+    let v = c
+        .assign(Instant::now(), 100.0, &tenants())
+        .expect("assigned");
+    let share = v.share_of("g1").expect("named");
+    assert!((share.capacity - 100.0).abs() < 1e-9);
+    assert!((fallback_share(100.0, 0).capacity - 100.0).abs() < 1e-9);
+}
+
+#[test]
+fn reports_verify_only_with_the_deployments_key_and_in_time() {
+    let k = hmac::Key::new(hmac::HMAC_SHA256, b"deployment secret");
+    let other = hmac::Key::new(hmac::HMAC_SHA256, b"someone else");
+    let body = br#"{"id":"g2"}"#;
+    let now = 1_700_000_000_000;
+    let sig = sign(&k, now, body);
+    assert!(verify(&k, now + 1000, &sig, body));
+    assert!(!verify(&other, now, &sig, body), "forged with another key");
+    assert!(!verify(&k, now, &sig, br#"{"id":"g3"}"#), "a changed body");
+    assert!(!verify(&k, now + 6000, &sig, body), "too old");
+    assert!(!verify(&k, now, "garbage", body));
+    assert!(!verify(&k, now, "123.zz", body));
+    let forged = sign(&other, now, body);
+    assert!(!verify(&k, now, &forged, body));
+}
