@@ -8,6 +8,7 @@ poll of an observable condition with a deadline."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 
@@ -20,6 +21,7 @@ from harness import DEFAULT_TENANTS, Backend, Gateway, free_port, s3_client, slu
 
 ALICE = DEFAULT_TENANTS[0]
 WITHIN = 3.0
+MiB = 1 << 20
 
 
 def cli(gw: Gateway, *args: str) -> str:
@@ -129,3 +131,58 @@ def test_an_agent_without_secrets_serves_the_gateways_tenants_and_its_cache(depl
     got = s3_client(agent.endpoint, *second).get_object(Bucket="daves", Key="two")
     assert got["Body"].read() == b"second"
     refused_key(s3_client(agent.endpoint, *first), "daves")
+
+
+def local_quota(agent: Agent, tenant: str):
+    """The tenant's local quota in the agent's operator status."""
+    return next(t for t in agent.status()["tenants"] if t["tenant"] == tenant)[
+        "local_capacity_bytes"]
+
+
+def quota_refused(client, bucket: str, key: str, body: bytes):
+    try:
+        client.put_object(Bucket=bucket, Key=key, Body=body)
+    except ClientError as e:
+        assert e.response["Error"]["Code"] == "QuotaExceeded", e.response
+        return e.response
+    raise AssertionError("the write went through")
+
+
+def test_a_local_quota_set_online_holds_on_the_agent_and_a_raise_lets_the_write_through(
+        deployment):
+    gw, agent, _, _ = deployment
+    agent.start()
+    eventually(lambda: agent.client(ALICE).list_buckets())
+    added = json.loads(cli(gw, "add", "erin", "--capacity", "64MiB", "--local-capacity", "1MiB",
+                           "--json"))
+    erin = s3_client(agent.endpoint, added["access_key"], added["secret_key"])
+    eventually(lambda: erin.create_bucket(Bucket="erins"))
+    # The tenant arrived with its local quota: the agent says so and refuses beyond it.
+    assert local_quota(agent, "erin") == MiB
+    body = os.urandom(2 * MiB)
+    quota_refused(erin, "erins", "big", body)
+    row = next(t for t in json.loads(cli(gw, "list", "--json")) if t["tenant"] == "erin")
+    assert row["local_capacity"] == MiB and row["local_weight"] is None, row
+
+    cli(gw, "set", "erin", "--local-capacity", "8MiB")
+    start = time.monotonic()
+    eventually(lambda: erin.put_object(Bucket="erins", Key="big", Body=body))
+    assert time.monotonic() - start <= WITHIN + 0.5
+    assert local_quota(agent, "erin") == 8 * MiB
+    assert erin.get_object(Bucket="erins", Key="big")["Body"].read() == body
+
+    history = [e for e in json.loads(cli(gw, "history", "erin", "--json"))]
+    assert [e["action"] for e in history] == ["add", "set"], history
+    assert history[1]["detail"]["before"]["local"]["local_capacity"] == MiB
+    assert history[1]["detail"]["after"]["local"]["local_capacity"] == 8 * MiB
+
+    # Bad values are refused with the key's name, and change nothing.
+    for args, says in [(["--local-weight", "0"], "--local-weight"),
+                       (["--local-reservation", "2MiB/s", "--local-limit", "1MiB/s"],
+                        "--local-limit"),
+                       (["--local-capacity", "lots"], "local-capacity")]:
+        out = subprocess.run([sluice_bin(), "tenant", "set", "erin", *args,
+                              "--config", str(gw.config_path)],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode != 0 and says in out.stderr, (args, out.stderr)
+    assert local_quota(agent, "erin") == 8 * MiB

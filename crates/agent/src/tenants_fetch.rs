@@ -14,6 +14,16 @@
 //! (`local_capacity`, drain, retention, local shares) and, for a tenant the gateways do not
 //! name, its key. For a tenant the gateways name, their keys replace the file's. A tenant
 //! the gateways name and the file does not gets the node-local defaults.
+//!
+//! The catalog may hold a tenant's `local_capacity`, `local_reservation`, `local_weight`
+//! and `local_limit` too (set online: `sluice tenant add|set --local-capacity ...`).
+//! Precedence, key by key: one the catalog holds is served, over the file's; one it does not
+//! hold (`null` in the answer, and every answer of an older gateway) is the file's, or the
+//! default. Where the file sets a key to another value than the catalog's, the catalog's is
+//! served and the conflict is reported (a warning naming the tenant, the key and both
+//! values, each time the tenants are served anew), never resolved silently. Local shares
+//! that would not make a valid share with the file's (a local limit below a local
+//! reservation) are reported and the file's shares kept.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -41,18 +51,36 @@ const PATH: &str = "/admin/tenants";
 const MAX_ANSWER: u64 = 64 << 20;
 
 /// One gateway's answer: every tenant with its live keys.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Fetched {
     pub tenants: Vec<FetchedTenant>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FetchedTenant {
     pub id: String,
     pub capacity: u64,
     pub max_objects: u64,
     pub max_buckets: u64,
     pub keys: Vec<FetchedKey>,
+    /// The node-local settings the catalog holds (`None`: the file's; see the module doc).
+    #[serde(default)]
+    pub local_capacity: Option<u64>,
+    #[serde(default)]
+    pub local_reservation: Option<f64>,
+    #[serde(default)]
+    pub local_weight: Option<f64>,
+    #[serde(default)]
+    pub local_limit: Option<f64>,
+}
+
+/// A node-local key the file and the catalog set differently: the catalog's is served.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalConflict {
+    pub tenant: String,
+    pub key: &'static str,
+    pub file: String,
+    pub catalog: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -250,6 +278,16 @@ pub fn merge(file: &[Tenant], fetched: Option<&Fetched>) -> (Vec<Tenant>, Vec<Te
         t.capacity = f.capacity;
         t.max_objects = f.max_objects;
         t.max_buckets = f.max_buckets;
+        for c in apply_local(&mut t, f) {
+            tracing::warn!(
+                tenant = %c.tenant,
+                key = c.key,
+                file = %c.file,
+                catalog = %c.catalog,
+                "the file's node-local setting differs from the catalog's: the catalog's is \
+                 served (`sluice tenant set --clear-local` gives it back to the files)"
+            );
+        }
         t.access_key.clone_from(&first.access_key);
         t.secret_key.clone_from(&first.secret_key);
         let id: Arc<str> = Arc::from(f.id.as_str());
@@ -261,6 +299,72 @@ pub fn merge(file: &[Tenant], fetched: Option<&Fetched>) -> (Vec<Tenant>, Vec<Te
         tenants.push(t);
     }
     (tenants, keys)
+}
+
+/// `t` (the file's tenant, or the defaults) with the node-local settings `f` holds (see the
+/// module doc); the keys in which the file said otherwise.
+pub fn apply_local(t: &mut Tenant, f: &FetchedTenant) -> Vec<LocalConflict> {
+    let mut conflicts = Vec::new();
+    let mut conflict = |key, file: String, catalog: String| {
+        conflicts.push(LocalConflict {
+            tenant: t.id.clone(),
+            key,
+            file,
+            catalog,
+        });
+    };
+    let file = t.local.local_qos;
+    if let Some(c) = f.local_capacity {
+        if t.local.local_capacity != u64::MAX && t.local.local_capacity != c {
+            conflict(
+                "local_capacity",
+                sluice_units::ByteSize(t.local.local_capacity).to_string(),
+                sluice_units::ByteSize(c).to_string(),
+            );
+        }
+        t.local.local_capacity = c;
+    }
+    let rate = |r: f64| sluice_units::Rate(r).to_string();
+    let mut q = file;
+    if let Some(r) = f.local_reservation {
+        if file.reservation > 0.0 && file.reservation.to_bits() != r.to_bits() {
+            conflict("local_reservation", rate(file.reservation), rate(r));
+        }
+        q.reservation = r;
+    }
+    if let Some(w) = f.local_weight {
+        if (file.weight - 1.0).abs() > f64::EPSILON && file.weight.to_bits() != w.to_bits() {
+            conflict("local_weight", file.weight.to_string(), w.to_string());
+        }
+        q.weight = w;
+    }
+    if let Some(l) = f.local_limit {
+        if let Some(fl) = file.limit
+            && fl.to_bits() != l.to_bits()
+        {
+            conflict("local_limit", rate(fl), rate(l));
+        }
+        q.limit = Some(l);
+    }
+    let valid = q.reservation.is_finite()
+        && q.reservation >= 0.0
+        && q.weight.is_finite()
+        && q.weight > 0.0
+        && q.limit
+            .is_none_or(|l| l.is_finite() && l > 0.0 && l >= q.reservation);
+    if valid {
+        t.local.local_qos = q;
+    } else {
+        tracing::warn!(
+            tenant = %t.id,
+            reservation = q.reservation,
+            weight = q.weight,
+            limit = ?q.limit,
+            "the catalog's local shares with the file's make no valid share (a local limit \
+             below the local reservation): the file's shares are served"
+        );
+    }
+    conflicts
 }
 
 fn file_key(t: &Tenant) -> TenantKey {

@@ -76,6 +76,8 @@ use sluice_meta::{
 use tokio::runtime::Handle;
 
 pub use schema::SCHEMA_VERSION;
+#[cfg(feature = "server")]
+pub use schema::migration;
 
 use db::{Db, Tx, TxError, TxResult};
 

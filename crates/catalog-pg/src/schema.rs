@@ -15,6 +15,13 @@
 //! tenant's quota, each row its own lease (`expires_ms`; see `escrow`). Version 5 adds
 //! several keys per tenant with an expiry and a revocation time, whether a tenant was changed
 //! online (`tenants.online`), and `tenant_audit`, the record of every administrative change.
+//! Version 6 adds a tenant's node-local settings (`tenants.local_capacity`,
+//! `local_reservation`, `local_weight`, `local_limit`; `NULL`: not held, each agent's file
+//! governs), so rows written before read as they did.
+//!
+//! A new version is one more entry at the end of [`MIGRATIONS`] (and a line above): nothing
+//! else here changes. A migration only adds (tables, nullable or defaulted columns), so that
+//! rows an older gateway wrote read unchanged.
 
 use sluice_meta::MetaError;
 
@@ -108,7 +115,20 @@ CREATE TABLE tenant_audit (
     detail TEXT NOT NULL
 );
 ",
+    "
+ALTER TABLE tenants ADD COLUMN local_capacity BIGINT;
+ALTER TABLE tenants ADD COLUMN local_reservation DOUBLE PRECISION;
+ALTER TABLE tenants ADD COLUMN local_weight DOUBLE PRECISION;
+ALTER TABLE tenants ADD COLUMN local_limit DOUBLE PRECISION;
+",
 ];
+
+/// The SQL that takes the schema from version `from` to `from + 1`, if this binary knows it
+/// (tests build an older schema with it, to migrate from).
+#[cfg(feature = "server")]
+pub fn migration(from: usize) -> Option<&'static str> {
+    MIGRATIONS.get(from).copied()
+}
 
 /// The schema version this binary writes and reads.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;

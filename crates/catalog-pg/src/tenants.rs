@@ -6,11 +6,12 @@
 //! and add an audit row in one SERIALIZABLE transaction; every gateway reads them back
 //! within its refresh (1 s). Secrets are stored as the caller gives them (the gateway seals
 //! them: see `sluice-gateway`'s `admin::seal`); rows a schema v3/v4 gateway wrote hold the
-//! file's text.
+//! file's text. A tenant's node-local settings are four nullable columns (schema v6): `NULL`
+//! is not held (each agent's file governs), as every row an older gateway wrote reads.
 
 use sluice_meta::{
-    Applied, AuditEntry, Result, SeedReport, TenantChange, TenantKeySpec, TenantRefusal,
-    TenantSpec, apply_change, now_ms, plan_seed,
+    Applied, AuditEntry, LocalSettings, Result, SeedReport, TenantChange, TenantKeySpec,
+    TenantRefusal, TenantSpec, apply_change, now_ms, plan_seed,
 };
 
 use crate::Inner;
@@ -37,7 +38,8 @@ fn stored(spec: &TenantSpec) -> TenantSpec {
 fn read_all(tx: &Tx<'_>) -> TxResult<Vec<TenantSpec>> {
     let mut all: Vec<TenantSpec> = Vec::new();
     for r in tx.query(
-        "SELECT id, capacity, max_objects, max_buckets, reservation, weight, qos_limit, online
+        "SELECT id, capacity, max_objects, max_buckets, reservation, weight, qos_limit, online,
+                local_capacity, local_reservation, local_weight, local_limit
          FROM tenants ORDER BY id",
         &[],
     )? {
@@ -51,6 +53,14 @@ fn read_all(tx: &Tx<'_>) -> TxResult<Vec<TenantSpec>> {
             limit: r.get(6),
             keys: Vec::new(),
             online: r.get(7),
+            local: LocalSettings {
+                capacity: r
+                    .get::<_, Option<i64>>(8)
+                    .map(|n| u64::try_from(n).unwrap_or(0)),
+                reservation: r.get(9),
+                weight: r.get(10),
+                limit: r.get(11),
+            },
         });
     }
     for r in tx.query(
@@ -84,12 +94,16 @@ fn write(tx: &Tx<'_>, a: &Applied) -> TxResult<()> {
             tx.execute(
                 "INSERT INTO tenants
                  (id, capacity, max_objects, max_buckets, reservation, weight, qos_limit,
-                  created_ms, online)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                  created_ms, online, local_capacity, local_reservation, local_weight,
+                  local_limit)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
                  ON CONFLICT (id) DO UPDATE SET capacity = excluded.capacity,
                    max_objects = excluded.max_objects, max_buckets = excluded.max_buckets,
                    reservation = excluded.reservation, weight = excluded.weight,
-                   qos_limit = excluded.qos_limit, online = excluded.online",
+                   qos_limit = excluded.qos_limit, online = excluded.online,
+                   local_capacity = excluded.local_capacity,
+                   local_reservation = excluded.local_reservation,
+                   local_weight = excluded.local_weight, local_limit = excluded.local_limit",
                 &[
                     &id,
                     &to_db(spec.capacity),
@@ -100,6 +114,10 @@ fn write(tx: &Tx<'_>, a: &Applied) -> TxResult<()> {
                     &spec.limit,
                     &a.audit.at_ms,
                     &spec.online,
+                    &spec.local.capacity.and_then(|n| i64::try_from(n).ok()),
+                    &spec.local.reservation,
+                    &spec.local.weight,
+                    &spec.local.limit,
                 ],
             )?;
             for k in &spec.keys {

@@ -31,8 +31,8 @@ use hyper::{Request, Response, StatusCode};
 use serde::Deserialize;
 use sluice_config::Config;
 use sluice_meta::{
-    AuditEntry, Catalog, TenantChange, TenantKeySpec, TenantPatch, TenantRefusal, TenantSpec,
-    now_ms,
+    AuditEntry, Catalog, LocalSettings, TenantChange, TenantKeySpec, TenantPatch, TenantRefusal,
+    TenantSpec, now_ms,
 };
 
 pub use purge::{Purged, purge};
@@ -59,6 +59,33 @@ pub struct Settings {
     pub weight: Option<f64>,
     /// Bytes per second; `0` removes the limit (`set`).
     pub limit: Option<f64>,
+    /// The node agents' settings of the tenant, held in the catalog and served to them
+    /// (`sluice_meta::LocalSettings`): bytes, bytes per second, the weight, bytes per second
+    /// (`0` removes the local limit).
+    #[serde(default)]
+    pub local_capacity: Option<u64>,
+    #[serde(default)]
+    pub local_reservation: Option<f64>,
+    #[serde(default)]
+    pub local_weight: Option<f64>,
+    #[serde(default)]
+    pub local_limit: Option<f64>,
+    /// `set`: the catalog no longer holds the node-local settings not given here (the
+    /// agents' files govern them again).
+    #[serde(default)]
+    pub clear_local: bool,
+}
+
+impl Settings {
+    /// The node-local settings given, for a new tenant.
+    fn local(&self) -> LocalSettings {
+        LocalSettings {
+            capacity: self.local_capacity,
+            reservation: self.local_reservation,
+            weight: self.local_weight,
+            limit: self.local_limit.filter(|l| *l > 0.0),
+        }
+    }
 }
 
 /// One admin operation, as the CLI sends it (JSON, `"op"` names it).
@@ -102,7 +129,9 @@ impl AdminRequest {
             serde_json::json!({
                 "capacity": s.capacity, "max_objects": s.max_objects,
                 "max_buckets": s.max_buckets, "reservation": s.reservation,
-                "weight": s.weight, "limit": s.limit,
+                "weight": s.weight, "limit": s.limit, "local_capacity": s.local_capacity,
+                "local_reservation": s.local_reservation, "local_weight": s.local_weight,
+                "local_limit": s.local_limit, "clear_local": s.clear_local,
             })
         };
         match self {
@@ -204,23 +233,39 @@ fn change_of(
                 limit: s.limit.filter(|l| *l > 0.0),
                 keys: vec![key],
                 online: true,
+                local: s.local(),
             };
             (TenantChange::Add(spec), Some(shown))
         }
-        AdminRequest::Set { id, settings: s } => (
-            TenantChange::Set {
-                id: id.clone(),
-                patch: TenantPatch {
-                    capacity: s.capacity,
-                    max_objects: s.max_objects,
-                    max_buckets: s.max_buckets,
-                    reservation: s.reservation,
-                    weight: s.weight,
-                    limit: s.limit.map(|l| (l > 0.0).then_some(l)),
+        AdminRequest::Set { id, settings: s } => {
+            // Given: set; not given: kept, or with `clear_local` no longer held.
+            #[allow(clippy::option_option)] // TenantPatch's shape: kept, set or cleared
+            fn local<T>(given: Option<T>, clear: bool) -> Option<Option<T>> {
+                given.map(Some).or(clear.then_some(None))
+            }
+            let c = s.clear_local;
+            (
+                TenantChange::Set {
+                    id: id.clone(),
+                    patch: TenantPatch {
+                        capacity: s.capacity,
+                        max_objects: s.max_objects,
+                        max_buckets: s.max_buckets,
+                        reservation: s.reservation,
+                        weight: s.weight,
+                        limit: s.limit.map(|l| (l > 0.0).then_some(l)),
+                        local_capacity: local(s.local_capacity, c),
+                        local_reservation: local(s.local_reservation, c),
+                        local_weight: local(s.local_weight, c),
+                        local_limit: s
+                            .local_limit
+                            .map(|l| (l > 0.0).then_some(l))
+                            .or(c.then_some(None)),
+                    },
                 },
-            },
-            None,
-        ),
+                None,
+            )
+        }
         AdminRequest::KeyAdd { id, expires_ms } => {
             let (key, shown) = new_key(*expires_ms);
             (
@@ -264,6 +309,8 @@ pub fn tenant_row(catalog: &Catalog, t: &TenantSpec, now: i64) -> serde_json::Va
         "objects": objects, "max_objects": limit(t.max_objects),
         "max_buckets": limit(t.max_buckets), "reservation": t.reservation,
         "weight": t.weight, "limit": t.limit, "keys": keys,
+        "local_capacity": t.local.capacity, "local_reservation": t.local.reservation,
+        "local_weight": t.local.weight, "local_limit": t.local.limit,
     })
 }
 
@@ -631,6 +678,89 @@ mod tests {
         assert!(
             matches!(refused, Err(AdminError::Invalid(_))),
             "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn node_local_settings_are_added_raised_cleared_listed_and_served_to_the_agents() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let (catalog, _) = Catalog::open(&dir.path().join("m.redb")).expect("open");
+        let sealer = Sealer::new(b"k");
+        let run = |req: AdminRequest| execute(&catalog, &sealer, Limits::default(), &req, "me");
+        let add = AdminRequest::Add {
+            id: "t".into(),
+            settings: Settings {
+                capacity: Some(1 << 30),
+                local_capacity: Some(1 << 20),
+                local_weight: Some(4.0),
+                ..Settings::default()
+            },
+        };
+        let back: AdminRequest = serde_json::from_value(add.to_json()).expect("parses");
+        assert_eq!(back.to_json(), add.to_json());
+        run(add).expect("added");
+        let row = run(AdminRequest::Set {
+            id: "t".into(),
+            settings: Settings {
+                local_capacity: Some(2 << 20),
+                local_limit: Some(5e6),
+                ..Settings::default()
+            },
+        })
+        .expect("raised");
+        assert_eq!(
+            (
+                &row["local_capacity"],
+                &row["local_weight"],
+                &row["local_limit"],
+                &row["local_reservation"]
+            ),
+            (
+                &serde_json::json!(2 << 20),
+                &serde_json::json!(4.0),
+                &serde_json::json!(5e6),
+                &serde_json::Value::Null
+            ),
+            "what was not given is kept: {row}"
+        );
+        let specs = catalog.tenants().expect("read").expect("some");
+        let answer = node::tenants_answer(&specs, &sealer);
+        assert_eq!(answer["tenants"][0]["local_capacity"], 2 << 20);
+        assert_eq!(answer["tenants"][0]["local_weight"], 4.0);
+        let refused = run(AdminRequest::Set {
+            id: "t".into(),
+            settings: Settings {
+                local_weight: Some(-1.0),
+                ..Settings::default()
+            },
+        });
+        assert!(
+            matches!(&refused, Err(AdminError::Refused(TenantRefusal::Invalid(w))) if w.contains("local_weight")),
+            "{refused:?}"
+        );
+        let row = run(AdminRequest::Set {
+            id: "t".into(),
+            settings: Settings {
+                local_limit: Some(0.0),
+                ..Settings::default()
+            },
+        })
+        .expect("limit removed");
+        assert_eq!(row["local_limit"], serde_json::Value::Null);
+        assert_eq!(row["local_capacity"], 2 << 20);
+        let row = run(AdminRequest::Set {
+            id: "t".into(),
+            settings: Settings {
+                local_weight: Some(2.0),
+                clear_local: true,
+                ..Settings::default()
+            },
+        })
+        .expect("cleared");
+        assert_eq!(
+            (&row["local_capacity"], &row["local_weight"]),
+            (&serde_json::Value::Null, &serde_json::json!(2.0)),
+            "cleared but for what was given: {row}"
         );
     }
 }

@@ -36,6 +36,8 @@ pub(crate) fn spec_of(t: &Tenant, sealer: &Sealer) -> TenantSpec {
             now_ms(),
         )],
         online: false,
+        // The file's node-local keys are its agent's: the catalog holds only those set online.
+        local: sluice_meta::LocalSettings::default(),
     }
 }
 

@@ -51,7 +51,8 @@ macro_rules! catalog_conformance {
             a_lapsed_escrow_returns_and_a_live_one_survives_reopen,
             tenants_are_seeded_changed_online_with_several_keys_and_audited,
             a_file_contradicting_a_tenant_changed_online_is_reported_and_the_catalog_kept,
-            an_access_key_belongs_to_one_tenant);
+            an_access_key_belongs_to_one_tenant,
+            a_tenants_node_local_settings_are_held_changed_cleared_and_audited);
     };
     (@each $harness:expr; $($name:ident),* $(,)?) => {
         $(

@@ -71,8 +71,8 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 pub use tenants::{
-    Applied, AuditEntry, SeedReport, TenantChange, TenantKeySpec, TenantPatch, TenantRefusal,
-    TenantSpec, apply_change, plan_seed,
+    Applied, AuditEntry, LocalSettings, SeedReport, TenantChange, TenantKeySpec, TenantPatch,
+    TenantRefusal, TenantSpec, apply_change, plan_seed,
 };
 
 /// Why a metadata operation failed.

@@ -14,6 +14,13 @@
 //! catalog, which several files seed, the first file to name a tenant wins and the others'
 //! differences are reported.
 //!
+//! A tenant's node-local settings ([`LocalSettings`]: what the node agents' `[[tenant]]`
+//! `local_capacity`, `local_reservation`, `local_weight` and `local_limit` say) may be held
+//! here too, set online only (`sluice tenant add|set --local-capacity ...`): the files seed
+//! none of them and seeding compares none of them. Each one the catalog holds is served to
+//! the agents (`GET /admin/tenants`); one it does not hold (every record written before the
+//! catalog held them) leaves the agent's own file governing it, as before.
+//!
 //! Secrets are stored as the caller gives them: the gateway seals them before they reach an
 //! engine (`sluice-gateway`'s `admin::seal`), so a catalog dump alone yields no usable key.
 
@@ -55,6 +62,40 @@ impl TenantKeySpec {
     }
 }
 
+/// A tenant's node-local settings as the catalog holds them; `None`: not held (each agent's
+/// own file governs it, or its default: no local quota, no local reservation, weight 1, no
+/// local limit).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct LocalSettings {
+    /// Hard quota on each node's local device, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity: Option<u64>,
+    /// The tenant's share of each node's local device (dmClock), bytes per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limit: Option<f64>,
+}
+
+impl LocalSettings {
+    /// Whether the catalog holds none of them.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// As audit detail and `tenant list` show them (`null`: the agents' files govern).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "local_capacity": self.capacity,
+            "local_reservation": self.reservation,
+            "local_weight": self.weight,
+            "local_limit": self.limit,
+        })
+    }
+}
+
 /// A tenant's settings and keys (what `[[tenant]]` says for the gateway).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TenantSpec {
@@ -74,6 +115,10 @@ pub struct TenantSpec {
     /// governs it (see the module doc).
     #[serde(default)]
     pub online: bool,
+    /// The node-local settings held here (see the module doc); records written before the
+    /// catalog held them read as none.
+    #[serde(default, skip_serializing_if = "LocalSettings::is_empty")]
+    pub local: LocalSettings,
 }
 
 /// What seeding found: tenants inserted, tenants updated or removed because their file
@@ -98,6 +143,12 @@ pub struct TenantPatch {
     pub weight: Option<f64>,
     /// `Some(None)`: no limit.
     pub limit: Option<Option<f64>>,
+    /// The node-local settings ([`LocalSettings`]); `Some(None)`: no longer held here (the
+    /// agents' files govern it again).
+    pub local_capacity: Option<Option<u64>>,
+    pub local_reservation: Option<Option<f64>>,
+    pub local_weight: Option<Option<f64>>,
+    pub local_limit: Option<Option<f64>>,
 }
 
 /// One administrative change of a tenant, applied in one transaction with its audit entry.
@@ -208,6 +259,7 @@ impl TenantSpec {
             "weight": self.weight,
             "limit": self.limit,
             "keys": self.keys.iter().map(|k| &k.access_key).collect::<Vec<_>>(),
+            "local": self.local.to_json(),
         })
     }
 }
@@ -249,6 +301,7 @@ fn check_settings(s: &TenantSpec) -> Result<(), TenantRefusal> {
             "limit must be a rate > 0 and at least the reservation".into(),
         ));
     }
+    check_local(&s.local)?;
     for k in &s.keys {
         if k.access_key.len() < 3
             || k.access_key.len() > 128
@@ -258,6 +311,31 @@ fn check_settings(s: &TenantSpec) -> Result<(), TenantRefusal> {
                 "access key {:?}: 3 to 128 printable characters",
                 k.access_key
             )));
+        }
+    }
+    Ok(())
+}
+
+/// The node-local settings, by the rules of the agents' files (`sluice_config`'s `local_qos`).
+/// A local limit below a local reservation held here is refused; against a reservation only
+/// an agent's file sets, each agent checks it (and reports it).
+fn check_local(l: &LocalSettings) -> Result<(), TenantRefusal> {
+    let invalid = |m: &str| Err(TenantRefusal::Invalid(m.to_owned()));
+    if l.capacity.is_some_and(|c| i64::try_from(c).is_err()) {
+        return invalid("local_capacity: at most 8 EiB");
+    }
+    if l.reservation.is_some_and(|r| !(r.is_finite() && r >= 0.0)) {
+        return invalid("local_reservation: must be a rate of zero or more");
+    }
+    if l.weight.is_some_and(|w| !(w.is_finite() && w > 0.0)) {
+        return invalid("local_weight: must be > 0");
+    }
+    if let Some(lim) = l.limit {
+        if !(lim.is_finite() && lim > 0.0) {
+            return invalid("local_limit: must be > 0");
+        }
+        if l.reservation.is_some_and(|r| lim < r) {
+            return invalid("local_limit: must not be below the local_reservation");
         }
     }
     Ok(())
@@ -331,6 +409,18 @@ pub fn apply_change(
             }
             if let Some(v) = patch.limit {
                 t.limit = v;
+            }
+            if let Some(v) = patch.local_capacity {
+                t.local.capacity = v;
+            }
+            if let Some(v) = patch.local_reservation {
+                t.local.reservation = v;
+            }
+            if let Some(v) = patch.local_weight {
+                t.local.weight = v;
+            }
+            if let Some(v) = patch.local_limit {
+                t.local.limit = v;
             }
             check_settings(&t)?;
             t.online = true;
@@ -426,8 +516,10 @@ pub fn plan_seed(
                 report.conflicts.push((spec.id.clone(), diff));
                 continue;
             }
-            // Keys the file still names keep their creation time.
+            // Keys the file still names keep their creation time; the node-local settings
+            // are not the file's to change.
             let mut t = spec.clone();
+            t.local = have.local.clone();
             for k in &mut t.keys {
                 if let Some(old) = have
                     .keys
@@ -457,6 +549,7 @@ pub fn plan_seed(
             }
             let mut t = spec.clone();
             t.online = false;
+            t.local = LocalSettings::default();
             let audit = entry(&t.id, "seed", t.settings_json());
             state.push(t.clone());
             report.inserted.push(t.id.clone());
@@ -497,6 +590,7 @@ mod tests {
             limit: None,
             keys: vec![TenantKeySpec::new(key, "s", 1)],
             online: false,
+            local: LocalSettings::default(),
         }
     }
 

@@ -20,6 +20,10 @@ fn fetched(tenants: &[(&str, &[&str])]) -> Fetched {
                 max_objects: 10,
                 max_buckets: 3,
                 keys: keys.iter().map(|k| key(k)).collect(),
+                local_capacity: None,
+                local_reservation: None,
+                local_weight: None,
+                local_limit: None,
             })
             .collect(),
     }
@@ -87,6 +91,103 @@ fn the_gateways_keys_replace_the_files_for_the_tenants_they_name_and_keep_its_lo
     assert!(
         !tenants.iter().any(|t| t.id == "gone"),
         "no live key: not served"
+    );
+}
+
+#[test]
+fn the_catalogs_node_local_settings_are_served_over_the_files_key_by_key_and_conflicts_reported() {
+    let mut alice = file_tenant("alice", 5 << 20);
+    alice.local.local_qos = Qos {
+        reservation: 1e6,
+        weight: 4.0,
+        limit: None,
+    };
+    let file = [alice, file_tenant("carol", u64::MAX)];
+    let mut answer = fetched(&[("alice", &["AK1"]), ("carol", &["AK2"]), ("dave", &["AK3"])]);
+    answer.tenants[0].local_capacity = Some(9 << 20);
+    answer.tenants[0].local_limit = Some(3e6);
+    answer.tenants[1].local_capacity = Some(7 << 20);
+    answer.tenants[2].local_weight = Some(2.0);
+    let (tenants, _) = merge(&file, Some(&answer));
+    let find = |id: &str| tenants.iter().find(|t| t.id == id).expect("served");
+    let alice = find("alice");
+    assert_eq!(
+        alice.local.local_capacity,
+        9 << 20,
+        "the catalog's, over the file's"
+    );
+    assert_eq!(
+        alice.local.local_qos,
+        Qos {
+            reservation: 1e6,
+            weight: 4.0,
+            limit: Some(3e6)
+        },
+        "what the catalog does not hold stays the file's"
+    );
+    assert_eq!(find("carol").local.local_capacity, 7 << 20);
+    let dave = find("dave");
+    assert_eq!(
+        (dave.local.local_capacity, dave.local.local_qos.weight),
+        (u64::MAX, 2.0),
+        "a tenant the file does not name: the catalog's over the defaults"
+    );
+
+    let mut t = file[0].clone();
+    let conflicts = apply_local(&mut t, &answer.tenants[0]);
+    assert_eq!(
+        conflicts,
+        [LocalConflict {
+            tenant: "alice".into(),
+            key: "local_capacity",
+            file: "5MiB".into(),
+            catalog: "9MiB".into(),
+        }],
+        "the file's limit was unset, its capacity another: only that one is a conflict"
+    );
+    let mut t = file[1].clone();
+    assert!(
+        apply_local(&mut t, &answer.tenants[1]).is_empty(),
+        "a key the file leaves unset is no conflict"
+    );
+}
+
+#[test]
+fn a_catalog_local_limit_below_the_files_reservation_keeps_the_files_shares() {
+    let mut alice = file_tenant("alice", u64::MAX);
+    alice.local.local_qos.reservation = 4e6;
+    let mut answer = fetched(&[("alice", &["AK1"])]);
+    answer.tenants[0].local_limit = Some(1e6);
+    answer.tenants[0].local_capacity = Some(1 << 20);
+    let (tenants, _) = merge(&[alice.clone()], Some(&answer));
+    assert_eq!(tenants[0].local.local_qos, alice.local.local_qos);
+    assert_eq!(
+        tenants[0].local.local_capacity,
+        1 << 20,
+        "the local quota is still the catalog's"
+    );
+}
+
+#[test]
+fn an_answer_or_cache_without_node_local_settings_reads_as_none_held() {
+    let old = r#"{"tenants":[{"id":"alice","capacity":1,"max_objects":2,"max_buckets":3,
+        "keys":[{"access_key":"AK1","secret_key":"s"}]}]}"#;
+    let f: Fetched = serde_json::from_str(old).expect("an older gateway's answer");
+    let t = &f.tenants[0];
+    assert_eq!(
+        (
+            t.local_capacity,
+            t.local_reservation,
+            t.local_weight,
+            t.local_limit
+        ),
+        (None, None, None, None)
+    );
+    let file = [file_tenant("alice", 5)];
+    let (tenants, _) = merge(&file, Some(&f));
+    assert_eq!(
+        tenants[0].local, file[0].local,
+        "the file governs, as before"
     );
 }
 

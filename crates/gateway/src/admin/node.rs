@@ -46,8 +46,10 @@ pub fn node_of(admin_token: &str, given: &str) -> Option<String> {
     same(given.as_bytes(), expected.as_bytes()).then(|| node.to_owned())
 }
 
-/// The answer of `GET /admin/tenants`: the tenants' shared-tier settings and live keys,
-/// secrets opened (a key that does not open is left out, as the gateway does).
+/// The answer of `GET /admin/tenants`: the tenants' shared-tier settings, the node-local
+/// settings the catalog holds (`local_capacity`, `local_reservation`, `local_weight`,
+/// `local_limit`; `null`: the agent's own file governs) and live keys, secrets opened (a key
+/// that does not open is left out, as the gateway does).
 pub fn tenants_answer(specs: &[TenantSpec], sealer: &Sealer) -> serde_json::Value {
     let keys = crate::tenants::keys_of(specs, sealer);
     let tenants: Vec<_> = specs
@@ -63,6 +65,8 @@ pub fn tenants_answer(specs: &[TenantSpec], sealer: &Sealer) -> serde_json::Valu
             serde_json::json!({
                 "id": s.id, "capacity": s.capacity, "max_objects": s.max_objects,
                 "max_buckets": s.max_buckets, "keys": live,
+                "local_capacity": s.local.capacity, "local_reservation": s.local.reservation,
+                "local_weight": s.local.weight, "local_limit": s.local.limit,
             })
         })
         .collect();

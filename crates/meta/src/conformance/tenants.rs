@@ -14,6 +14,7 @@ fn spec(id: &str, key: &str) -> TenantSpec {
         limit: None,
         keys: vec![TenantKeySpec::new(key, format!("{key}-sealed"), 1)],
         online: false,
+        local: crate::LocalSettings::default(),
     }
 }
 
@@ -204,4 +205,135 @@ pub fn an_access_key_belongs_to_one_tenant(h: &dyn Harness) {
         )
         .expect("catalog");
     assert_eq!(missing, Err(TenantRefusal::NoSuchTenant("nobody".into())));
+}
+
+pub fn a_tenants_node_local_settings_are_held_changed_cleared_and_audited(h: &dyn Harness) {
+    let c = super::open(h);
+    c.seed_tenants(&[spec("a", "AKA")]).expect("seed");
+    assert!(
+        tenant(&c, "a").expect("a").local.is_empty(),
+        "a seeded tenant holds no node-local setting: the agents' files govern"
+    );
+    let mut n = spec("n", "AKN");
+    n.local = crate::LocalSettings {
+        capacity: Some(5 << 20),
+        reservation: None,
+        weight: Some(2.5),
+        limit: None,
+    };
+    apply(&c, &TenantChange::Add(n.clone()));
+    assert_eq!(
+        tenant(&c, "n").expect("n").local,
+        n.local,
+        "read back exactly"
+    );
+
+    let set = |patch: TenantPatch| {
+        c.change_tenant(
+            &TenantChange::Set {
+                id: "a".into(),
+                patch,
+            },
+            "admin@test",
+        )
+        .expect("catalog")
+    };
+    let after = set(TenantPatch {
+        local_capacity: Some(Some(9 << 20)),
+        local_reservation: Some(Some(1e6)),
+        local_limit: Some(Some(4e6)),
+        ..TenantPatch::default()
+    })
+    .expect("accepted")
+    .expect("kept");
+    let want = crate::LocalSettings {
+        capacity: Some(9 << 20),
+        reservation: Some(1e6),
+        weight: None,
+        limit: Some(4e6),
+    };
+    assert_eq!(after.local, want);
+    assert_eq!(
+        after.capacity,
+        1 << 30,
+        "the shared tier's quota is unchanged"
+    );
+    for (bad, names) in [
+        (
+            TenantPatch {
+                local_weight: Some(Some(0.0)),
+                ..TenantPatch::default()
+            },
+            "local_weight",
+        ),
+        (
+            TenantPatch {
+                local_limit: Some(Some(5e5)),
+                ..TenantPatch::default()
+            },
+            "local_limit",
+        ),
+        (
+            TenantPatch {
+                local_reservation: Some(Some(-1.0)),
+                ..TenantPatch::default()
+            },
+            "local_reservation",
+        ),
+    ] {
+        match set(bad) {
+            Err(TenantRefusal::Invalid(why)) => assert!(why.contains(names), "{why}"),
+            other => panic!("{names}: {other:?}"),
+        }
+    }
+    assert_eq!(
+        tenant(&c, "a").expect("a").local,
+        want,
+        "a refusal changes nothing"
+    );
+
+    let report = c.seed_tenants(&[spec("a", "AKA")]).expect("seed again");
+    assert_eq!(
+        report,
+        crate::SeedReport::default(),
+        "the files seed no node-local setting: the catalog's are kept and no conflict reported"
+    );
+    let cleared = set(TenantPatch {
+        local_capacity: Some(None),
+        ..TenantPatch::default()
+    })
+    .expect("accepted")
+    .expect("kept");
+    assert_eq!(
+        cleared.local.capacity, None,
+        "cleared: the agents' files govern again"
+    );
+    drop(c);
+
+    let c = super::open(h);
+    let a = tenant(&c, "a").expect("survives a reopen");
+    assert_eq!(
+        a.local,
+        crate::LocalSettings {
+            capacity: None,
+            ..want
+        }
+    );
+    let history = c.tenant_history(Some("a")).expect("history");
+    let sets: Vec<serde_json::Value> = history
+        .iter()
+        .filter(|e| e.action == "set")
+        .map(|e| serde_json::from_str(&e.detail).expect("json"))
+        .collect();
+    assert_eq!(sets.len(), 2, "refused changes leave no entry");
+    assert_eq!(
+        sets[0]["before"]["local"]["local_capacity"],
+        serde_json::Value::Null
+    );
+    assert_eq!(sets[0]["after"]["local"]["local_capacity"], 9 << 20);
+    assert_eq!(sets[0]["after"]["local"]["local_limit"], 4e6);
+    assert_eq!(
+        sets[1]["after"]["local"]["local_capacity"],
+        serde_json::Value::Null
+    );
 }

@@ -83,9 +83,20 @@ pub struct SettingsArgs {
     /// dmClock limit (e.g. 1GiB/s; 0 removes it).
     #[arg(long)]
     pub limit: Option<Rate>,
-    /// The node agents' local capacity: kept in each agent's own file (refused here).
+    /// Hard quota on each node agent's local device (e.g. 200GiB), held in the catalog
+    /// and served to the agents, which apply it within about a second.
     #[arg(long)]
     pub local_capacity: Option<ByteSize>,
+    /// The tenant's reservation of each node's local device (e.g. 100MiB/s; needs the
+    /// agents' [agent.capacity]).
+    #[arg(long)]
+    pub local_reservation: Option<Rate>,
+    /// The tenant's weight on each node's local device and drain uplink.
+    #[arg(long)]
+    pub local_weight: Option<f64>,
+    /// The tenant's limit on each node's local device (e.g. 300MiB/s; 0 removes it).
+    #[arg(long)]
+    pub local_limit: Option<Rate>,
 }
 
 #[derive(clap::Args)]
@@ -102,6 +113,10 @@ pub struct SetArgs {
     pub id: String,
     #[command(flatten)]
     pub settings: SettingsArgs,
+    /// The catalog no longer holds the node-local settings not given with this command:
+    /// each agent's own [[tenant]] entry governs them again.
+    #[arg(long)]
+    pub clear_local: bool,
     #[command(flatten)]
     pub common: Common,
 }
@@ -147,12 +162,24 @@ pub struct HistoryArgs {
     pub common: Common,
 }
 
+/// The options as a request's settings, checked as the file's keys are (the catalog checks
+/// them again: this only says it sooner).
 fn settings(a: &SettingsArgs) -> anyhow::Result<Settings> {
-    if a.local_capacity.is_some() {
-        bail!(
-            "--local-capacity is a node agent's setting: set local_capacity in the agents' \
-             [[tenant]] entries (the catalog holds the shared tier's settings)"
-        );
+    if let Some(w) = a.weight
+        && !(w.is_finite() && w > 0.0)
+    {
+        bail!("--weight: must be > 0");
+    }
+    if let Some(w) = a.local_weight
+        && !(w.is_finite() && w > 0.0)
+    {
+        bail!("--local-weight: must be > 0");
+    }
+    if let (Some(r), Some(l)) = (a.local_reservation, a.local_limit)
+        && l.0 > 0.0
+        && l.0 < r.0
+    {
+        bail!("--local-limit: must not be below the --local-reservation");
     }
     Ok(Settings {
         capacity: a.capacity.map(|c| c.0),
@@ -161,6 +188,11 @@ fn settings(a: &SettingsArgs) -> anyhow::Result<Settings> {
         reservation: a.reservation.map(|r| r.0),
         weight: a.weight,
         limit: a.limit.map(|r| r.0),
+        local_capacity: a.local_capacity.map(|c| c.0),
+        local_reservation: a.local_reservation.map(|r| r.0),
+        local_weight: a.local_weight,
+        local_limit: a.local_limit.map(|r| r.0),
+        clear_local: false,
     })
 }
 
@@ -189,7 +221,10 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
             &a.common,
             AdminRequest::Set {
                 id: a.id.clone(),
-                settings: settings(&a.settings)?,
+                settings: Settings {
+                    clear_local: a.clear_local,
+                    ..settings(&a.settings)?
+                },
             },
             false,
         ),
@@ -402,6 +437,7 @@ async fn direct(
                 limit: t.qos.limit,
                 keys: vec![sluice_meta::TenantKeySpec::new(t.access_key.clone(), "", 0)],
                 online: false,
+                local: sluice_meta::LocalSettings::default(),
             };
             rows.push(admin::tenant_row(&catalog, &spec, now));
         }
@@ -458,8 +494,16 @@ fn print_list(v: &serde_json::Value) {
         x.as_u64().map_or_else(|| none.to_owned(), f)
     };
     println!(
-        "{:<20} {:>12} {:>12} {:>7} {:>9} {:>11} {:>12} {:>12}  KEYS",
-        "TENANT", "USED", "QUOTA", "USE%", "OBJECTS", "MAX OBJECTS", "RESERVATION", "LIMIT"
+        "{:<20} {:>12} {:>12} {:>7} {:>9} {:>11} {:>12} {:>12}  {:<24}  KEYS",
+        "TENANT",
+        "USED",
+        "QUOTA",
+        "USE%",
+        "OBJECTS",
+        "MAX OBJECTS",
+        "RESERVATION",
+        "LIMIT",
+        "NODE-LOCAL (CATALOG)"
     );
     for t in v.as_array().into_iter().flatten() {
         let used = t["used_bytes"].as_u64().unwrap_or(0);
@@ -486,7 +530,7 @@ fn print_list(v: &serde_json::Value) {
             })
             .collect();
         println!(
-            "{:<20} {:>12} {:>12} {pct:>7} {:>9} {:>11} {:>12} {:>12}  {}",
+            "{:<20} {:>12} {:>12} {pct:>7} {:>9} {:>11} {:>12} {:>12}  {:<24}  {}",
             t["tenant"].as_str().unwrap_or_default(),
             ByteSize(used).to_string(),
             or(&t["quota_bytes"], "unlimited", &|q| ByteSize(q).to_string()),
@@ -494,7 +538,31 @@ fn print_list(v: &serde_json::Value) {
             or(&t["max_objects"], "unlimited", &|n| n.to_string()),
             rate(&t["reservation"]),
             rate(&t["limit"]),
+            local_text(t),
             keys.join(", ")
         );
+    }
+}
+
+/// The node-local settings the catalog holds, in a row of `tenant list`: `-` for none (the
+/// agents' files govern).
+fn local_text(t: &serde_json::Value) -> String {
+    let mut parts = Vec::new();
+    if let Some(c) = t["local_capacity"].as_u64() {
+        parts.push(format!("quota {}", ByteSize(c)));
+    }
+    if let Some(r) = t["local_reservation"].as_f64() {
+        parts.push(format!("res {}", Rate(r)));
+    }
+    if let Some(w) = t["local_weight"].as_f64() {
+        parts.push(format!("weight {w}"));
+    }
+    if let Some(l) = t["local_limit"].as_f64() {
+        parts.push(format!("limit {}", Rate(l)));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join(", ")
     }
 }
