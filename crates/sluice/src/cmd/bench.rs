@@ -33,6 +33,15 @@ pub struct NoisyArgs {
     pub svg: Option<PathBuf>,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The directory of PostgreSQL's `initdb` and `postgres`, for the two-gateway scenarios'
+    /// shared catalog (default: $SLUICE_POSTGRES, PATH, the newest /usr/lib/postgresql/*/bin);
+    /// `none` skips those scenarios.
+    #[arg(long)]
+    pub postgres: Option<String>,
+    /// Run only these scenarios (comma-separated names, as in the table); `solo`, the
+    /// baseline, always runs.
+    #[arg(long, value_delimiter = ',')]
+    pub only: Option<Vec<String>>,
     /// Scratch directory (default: one in the system's temporary directory): created if
     /// absent, or an existing empty one. A directory that holds anything is refused (the
     /// benchmark deletes what it writes there); after the run it is removed, or emptied if it
@@ -85,6 +94,12 @@ fn run_noisy(args: &NoisyArgs) -> anyhow::Result<()> {
     if args.quick {
         cfg = cfg.quick();
     }
+    cfg.postgres = match args.postgres.as_deref() {
+        Some("none") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => sluice_bench::postgres::find_bin_dir(),
+    };
+    cfg.only.clone_from(&args.only);
     eprintln!("sluice bench noisy-neighbor: seed {}", cfg.seed);
     eprintln!("config: {}", serde_json::to_string(&cfg)?);
     let total = cfg.seconds;
@@ -261,6 +276,8 @@ mod tests {
             json: None,
             svg: None,
             seed: 1,
+            postgres: None,
+            only: None,
             workdir: Some(dir.clone()),
         };
         refused(&run_noisy(&args).expect_err("refused"), &dir);
