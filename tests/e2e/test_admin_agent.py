@@ -65,7 +65,7 @@ def deployment(tmp_path):
     cred = tmp_path / "node.cred"
     cred.write_text(token + "\n")
     cred.chmod(0o600)
-    agent = Agent(tmp_path / "agent", gw.endpoint, tenants=[],
+    agent = Agent(tmp_path / "agent", gw.endpoint, tenants=[], status_port=free_port(),
                   extra=f'node_credential_file = "{cred}"\n'
                         f'gateway_control = "127.0.0.1:{control}"')
     try:
