@@ -173,7 +173,8 @@ pub async fn run(
         }
         out.push(scenario(cfg, kind, &server, solo_p99, progress).await?);
     }
-    drop(server);
+    // Stopping the server waits for it to exit.
+    tokio::task::block_in_place(|| drop(server));
     drop(scratch);
     Ok((out, skipped))
 }
@@ -188,15 +189,15 @@ async fn scenario(
 ) -> Result<Scenario, BenchError> {
     let dir = cfg.workdir.join(kind.name());
     let scratch = procs::Scratch::create(&dir)?;
-    let url = crate::postgres::database(server, kind.name())?;
-    let (handle, bucket_url) = (tokio::runtime::Handle::current(), url.clone());
-    tokio::task::spawn_blocking(move || {
-        crate::postgres::create_bucket(&bucket_url, handle, "bench", &["data"])?;
+    // Creating the database and migrating its schema block (the server's client runs a
+    // runtime of its own): off this worker, which the other tasks keep.
+    let url = tokio::task::block_in_place(|| -> Result<String, BenchError> {
+        let url = crate::postgres::database(server, kind.name())?;
         let handle = tokio::runtime::Handle::current();
-        crate::postgres::create_bucket(&bucket_url, handle, "victim", &["data"])
-    })
-    .await
-    .map_err(|e| BenchError::Setup(format!("shared catalog: {e}")))??;
+        crate::postgres::create_bucket(&url, handle.clone(), "bench", &["data"])?;
+        crate::postgres::create_bucket(&url, handle, "victim", &["data"])?;
+        Ok(url)
+    })?;
     let objects = dir.join("objects");
     std::fs::create_dir_all(&objects)?;
     let device: PathBuf = dir.join("tier.device");
