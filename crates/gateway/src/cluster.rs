@@ -327,7 +327,7 @@ pub fn verify(key: &hmac::Key, now_ms: i64, header: &str, body: &[u8]) -> bool {
     if ms.abs_diff(now_ms) > millis(MAX_SKEW) {
         return false;
     }
-    let Some(tag) = unhex(tag) else {
+    let Some(tag) = crate::admin::seal::unhex(tag) else {
         return false;
     };
     let mut msg = Vec::with_capacity(body.len() + 24);
@@ -335,16 +335,6 @@ pub fn verify(key: &hmac::Key, now_ms: i64, header: &str, body: &[u8]) -> bool {
     msg.push(b'\n');
     msg.extend_from_slice(body);
     hmac::verify(key, &msg, &tag).is_ok()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// A running gateway's part in the cluster: what `/qos/cluster`, `/qos/report` and

@@ -66,7 +66,8 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
         })
 }
 
-fn unhex(text: &str) -> Option<Vec<u8>> {
+/// The bytes of lower- or upper-case hex `text`; `None` if it is not hex.
+pub(crate) fn unhex(text: &str) -> Option<Vec<u8>> {
     if !text.len().is_multiple_of(2) {
         return None;
     }
