@@ -23,6 +23,10 @@
 //! `RequestHeaderSectionTooLarge` (400) before it is authenticated or its body read, and its
 //! connection closed. S3 itself allows 8 KiB.
 //!
+//! **A refusal is read to the end of its body** ([`unread`]): a handler that answers before
+//! reading the body (a PUT over quota) would otherwise have its connection reset under the
+//! client, which then sees a send error instead of the refusal.
+//!
 //! **Every error explains itself.** s3s answers the refusals it decides itself (a signature
 //! that does not match, a malformed URI, ...) with a code and no message, which clients show
 //! as "Unknown". Such a response gets S3's own wording for its code ([`s3_message`]) before
@@ -33,11 +37,12 @@ use std::pin::Pin;
 
 use http::header::{CONNECTION, CONTENT_LENGTH, CONTENT_TYPE, EXPECT};
 use http::{HeaderMap, HeaderValue, Request, StatusCode, Version};
-use hyper::body::Incoming;
+use hyper::body::{Body as _, Incoming};
 use s3s::service::S3Service;
 use s3s::{HttpError, HttpResponse};
 
 use crate::request::Served;
+use crate::unread;
 
 /// The default limit on a request's header section: names, values and their separators.
 pub const HEADER_SECTION_MAX: usize = 16 * 1024;
@@ -90,12 +95,17 @@ fn header_section_too_large(version: Version, len: usize, max: usize) -> HttpRes
     resp
 }
 
+/// A request that expects `100 Continue` before it sends its body.
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get(EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
 /// An HTTP/1.1 request that expects `100 Continue` but declares no content.
 fn expects_continue_without_body(version: Version, headers: &HeaderMap) -> bool {
     version == Version::HTTP_11
-        && headers
-            .get(EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+        && expects_continue(headers)
         && headers
             .get(CONTENT_LENGTH)
             .is_some_and(|v| v.as_bytes() == b"0")
@@ -113,11 +123,27 @@ impl hyper::service::Service<Request<Incoming>> for HttpService {
             let resp = header_section_too_large(req.version(), len, self.header_max);
             return Box::pin(served.run(std::future::ready(Ok(resp))));
         }
-        let close = expects_continue_without_body(req.version(), req.headers());
-        let future = hyper::service::Service::call(&self.s3, req);
+        let mut close = expects_continue_without_body(req.version(), req.headers());
+        let http1 = req.version() < Version::HTTP_2;
+        let expects_continue = expects_continue(req.headers());
+        let (req, slot) = if http1 && !req.body().is_end_stream() {
+            let (parts, body) = req.into_parts();
+            let (body, slot) = unread::returning(body);
+            (
+                Request::from_parts(parts, s3s::Body::http_body(body)),
+                Some(slot),
+            )
+        } else {
+            (req.map(s3s::Body::from), None)
+        };
+        let s3 = self.s3.clone();
+        let future = async move { s3.call(req).await };
         Box::pin(served.run(async move {
             let mut resp = future.await?;
             explain(&mut resp);
+            if let Some(slot) = slot {
+                close |= slot.settle(expects_continue).await == unread::Settled::Close;
+            }
             if close {
                 resp.headers_mut()
                     .insert(CONNECTION, HeaderValue::from_static("close"));

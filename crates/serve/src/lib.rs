@@ -38,6 +38,7 @@ mod listener;
 pub mod request;
 pub mod sendfile;
 pub mod tls;
+pub mod unread;
 
 pub use connection::{HEADER_SECTION_MAX, HttpService};
 pub use listener::{HEADER_READ_TIMEOUT, serve, serve_http};
