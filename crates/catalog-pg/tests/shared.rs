@@ -130,6 +130,32 @@ fn a_named_lease_passes_to_another_gateway_once_it_lapses() {
     assert!(!a.try_lease("gc", "a", hour).expect("b holds it"));
 }
 
+/// How the gateways find their QoS coordinator: the one that fails to take the lease reads
+/// who holds it, with the control URL the holder advertised, from the other's engine.
+#[test]
+fn every_gateway_reads_the_lease_holder_another_took_until_it_lapses() {
+    let Some(pg) = common::Pg::start() else {
+        return;
+    };
+    let (a, b) = (gateway(&pg, 0), gateway(&pg, 0));
+    let hour = Duration::from_secs(3600);
+    let (ha, hb) = ("a http://127.0.0.1:9201", "b http://127.0.0.1:9202");
+    assert_eq!(b.lease_holder("qos").expect("read"), None);
+    assert!(a.try_lease("qos", ha, hour).expect("a takes it"));
+    assert!(!b.try_lease("qos", hb, hour).expect("a holds it"));
+    assert_eq!(b.lease_holder("qos").expect("read").as_deref(), Some(ha));
+    // As if a had died an hour ago: nobody holds it, and b's next attempt takes it.
+    pg.server.sql(
+        "sluice",
+        "UPDATE leases SET expires_ms = 0 WHERE name = 'qos'",
+    );
+    assert_eq!(a.lease_holder("qos").expect("read"), None, "lapsed");
+    assert_eq!(b.lease_holder("qos").expect("read"), None, "lapsed");
+    assert!(b.try_lease("qos", hb, hour).expect("lapsed"));
+    assert!(!a.try_lease("qos", ha, hour).expect("b holds it"));
+    assert_eq!(a.lease_holder("qos").expect("read").as_deref(), Some(hb));
+}
+
 #[test]
 fn a_schema_newer_than_the_binary_is_refused_and_left_alone() {
     let Some(pg) = common::Pg::start() else {

@@ -46,6 +46,7 @@ macro_rules! catalog_conformance {
             every_commit_of_a_key_gets_a_greater_version,
             a_restore_keeps_the_greater_version_and_is_idempotent,
             a_lease_has_one_holder_until_released_or_lapsed,
+            the_lease_holder_is_the_live_holder_as_it_named_itself,
             an_agents_escrow_holds_quota_others_cannot_take,
             an_upload_from_the_holder_spends_its_escrow_exactly,
             a_lapsed_escrow_returns_and_a_live_one_survives_reopen,
@@ -816,6 +817,46 @@ pub fn a_lease_has_one_holder_until_released_or_lapsed(h: &dyn Harness) {
     assert!(c.try_lease("other", "g1", Duration::ZERO).expect("take"));
     assert!(c.try_lease("other", "g3", minute).expect("lapsed"));
     assert!(!c.try_lease("gc", "g1", minute).expect("g2's"));
+}
+
+/// What `lease_holder` reports: the live holder's name exactly as it took the lease (the
+/// gateways advertise `"<id> <control url>"` in it), nobody once it is released or lapsed,
+/// then the next taker. The engines read their own clock (redb the process's, PostgreSQL the
+/// server's), so a lease taken for no duration stands for one that lapsed.
+pub fn the_lease_holder_is_the_live_holder_as_it_named_itself(h: &dyn Harness) {
+    let minute = Duration::from_secs(60);
+    let (g1, g2, g3) = (
+        "g1 http://127.0.0.1:9101",
+        "g2 http://127.0.0.1:9102",
+        "g3 http://[::1]:9103",
+    );
+    let c = h.open();
+    let holder = |c: &Catalog, name: &str| c.lease_holder(name).expect("lease_holder");
+    assert_eq!(holder(&c, "coordinator"), None, "never taken");
+    assert!(c.try_lease("coordinator", g1, minute).expect("take"));
+    assert_eq!(holder(&c, "coordinator").as_deref(), Some(g1));
+    // A refused taker does not displace it, a renewal keeps it, another name is apart.
+    assert!(!c.try_lease("coordinator", g2, minute).expect("held"));
+    assert!(c.try_lease("coordinator", g1, minute).expect("renew"));
+    assert_eq!(holder(&c, "coordinator").as_deref(), Some(g1));
+    assert_eq!(holder(&c, "gc"), None);
+    // Only the holder's release frees it; then nobody holds it until the next taker.
+    c.release_lease("coordinator", g2).expect("not theirs");
+    assert_eq!(holder(&c, "coordinator").as_deref(), Some(g1));
+    c.release_lease("coordinator", g1).expect("release");
+    assert_eq!(holder(&c, "coordinator"), None, "released");
+    assert!(c.try_lease("coordinator", g2, minute).expect("free again"));
+    assert_eq!(holder(&c, "coordinator").as_deref(), Some(g2));
+    // A lapsed lease has no holder although it was never released; the next taker has it.
+    assert!(c.try_lease("lapsing", g1, Duration::ZERO).expect("take"));
+    assert_eq!(holder(&c, "lapsing"), None, "lapsed");
+    assert!(c.try_lease("lapsing", g3, minute).expect("lapsed"));
+    assert_eq!(holder(&c, "lapsing").as_deref(), Some(g3));
+    // The leases are the catalog's: a reopened handle (a restarted gateway) sees them.
+    drop(c);
+    let c = h.open();
+    assert_eq!(holder(&c, "coordinator").as_deref(), Some(g2));
+    assert_eq!(holder(&c, "lapsing").as_deref(), Some(g3));
 }
 
 const MIB: u64 = 1 << 20;
