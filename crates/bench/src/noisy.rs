@@ -677,13 +677,14 @@ pub fn table(r: &Report) -> String {
 }
 
 /// Victim latency distributions as an SVG: exceedance P(latency > x) on log axes, one line
-/// per scenario.
+/// per scenario (dashed once the colours come round again), and in the legend after them the
+/// scenarios skipped (each reason in its `<title>`) and `two_gateways`' `reconverge_s`.
 pub fn svg(r: &Report) -> String {
     use std::fmt::Write;
-    const W: f64 = 1000.0;
+    const W: f64 = 1100.0;
     const H: f64 = 520.0;
     const L: f64 = 115.0;
-    const R: f64 = 235.0;
+    const R: f64 = 335.0;
     const T: f64 = 50.0;
     const B: f64 = 60.0;
     let colors = [
@@ -768,14 +769,19 @@ pub fn svg(r: &Report) -> String {
                 y(p.max(1.0 / (n as f64 * 10.0)))
             );
         }
+        let dash = if (i / colors.len()) % 2 == 1 {
+            " stroke-dasharray=\"7,4\""
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
-            "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"2\" points=\"{pts}\"/>"
+            "<polyline fill=\"none\" stroke=\"{color}\"{dash} stroke-width=\"2\" points=\"{pts}\"/>"
         );
         let ly = T + 20.0 + i as f64 * 22.0;
         let _ = writeln!(
             out,
-            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{color}\" stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{} (p99 {:.0}ms)</text>",
+            "<line x1=\"{}\" y1=\"{ly}\" x2=\"{}\" y2=\"{ly}\" stroke=\"{color}\"{dash} stroke-width=\"3\"/><text x=\"{}\" y=\"{}\">{} (p99 {:.0}ms)</text>",
             W - R + 10.0,
             W - R + 35.0,
             W - R + 40.0,
@@ -784,8 +790,48 @@ pub fn svg(r: &Report) -> String {
             s.victim_p99_s * 1e3
         );
     }
+    // After the scenarios' entries: what was skipped and `reconverge_s`, the why and the
+    // what in a tooltip.
+    let notes = r
+        .skipped
+        .iter()
+        .map(|k| (format!("{}: skipped", k.name), k.reason.clone()))
+        .chain(r.scenarios.iter().filter_map(|s| {
+            let text = match s.reconverge_s? {
+                Some(v) => format!("re-converged in {v:.2} s"),
+                None => format!(
+                    "no re-convergence in {} s",
+                    gateways::RECONVERGE_WAIT.as_secs()
+                ),
+            };
+            let title = format!(
+                "reconverge_s: from killing gateway 2 under load until gateway 1 alone moved \
+                 {:.0}% of the tier",
+                gateways::RECONVERGED * 100.0
+            );
+            Some((format!("{}: {text}", s.name), title))
+        }));
+    for (i, (text, title)) in notes.enumerate() {
+        let ly = T + 20.0 + (r.scenarios.len() + i) as f64 * 22.0;
+        let _ = writeln!(
+            out,
+            "<text x=\"{}\" y=\"{}\" fill=\"#555\">{}<title>{}</title></text>",
+            W - R + 10.0,
+            ly + 4.0,
+            xml(&text),
+            xml(&title),
+        );
+    }
     out.push_str("</svg>\n");
     out
+}
+
+/// `text` with XML's special characters escaped.
+fn xml(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 #[cfg(test)]
@@ -812,3 +858,6 @@ mod metric_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod svg_tests;

@@ -239,6 +239,9 @@ struct NoisyReport {
     seed: u64,
     config: NoisyConfig,
     scenarios: Vec<Scenario>,
+    /// Scenarios the run could not measure (absent when it measured every one).
+    #[serde(default)]
+    skipped: Vec<two_gateways::Skipped>,
 }
 
 #[derive(Deserialize)]
@@ -257,6 +260,9 @@ struct NoisyConfig {
     grain_bytes: u64,
     /// The node scenarios' local device (absent from reports older than them).
     node: Option<NoisyNode>,
+    /// `--only`, when given.
+    #[serde(default)]
+    only: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -282,6 +288,9 @@ struct Scenario {
     local_utilization: Option<f64>,
     /// `dmclock_scrub`, `solo_scrub`: what the gateway's scrub read (absent elsewhere).
     scrub_bps: Option<f64>,
+    /// `two_gateways`: see [`two_gateways`] (absent elsewhere).
+    #[serde(default, deserialize_with = "two_gateways::present")]
+    reconverge_s: Option<two_gateways::Reconverge>,
 }
 
 /// The report in `src`, `None` when there is none.
@@ -368,6 +377,7 @@ fn noisy_command(r: &NoisyReport, path: &str) -> String {
     if (r.config.seconds - quick.seconds).abs() < 1e-9 {
         cmd.push_str(" --quick");
     }
+    cmd.push_str(&two_gateways::command_flags(r));
     let _ = write!(
         cmd,
         " --seed {} --json {path} --svg {}",
@@ -749,7 +759,7 @@ fn noisy_setup(r: &NoisyReport) -> String {
             rate_text(n.local_bandwidth_bps),
             group(n.local_ops.round() as u64),
         )
-    })
+    }) + &two_gateways::setup(r)
 }
 
 fn noisy_figures(src: &Source) -> Result<String, ReportError> {
@@ -789,7 +799,9 @@ fn noisy_figures(src: &Source) -> Result<String, ReportError> {
             opt_percent(s.local_utilization),
         );
     }
+    out.push_str(&two_gateways::skipped_rows(&r.skipped, 11));
     out.push_str(&scrub::note(&r.scenarios));
+    out.push_str(&two_gateways::note(&r));
     Ok(out)
 }
 
@@ -826,7 +838,9 @@ fn noisy_summary(src: &Source) -> Result<String, ReportError> {
             opt_percent(s.local_utilization),
         );
     }
+    out.push_str(&two_gateways::skipped_rows(&r.skipped, 6));
     out.push_str(&scrub::note(&r.scenarios));
+    out.push_str(&two_gateways::note(&r));
     Ok(out)
 }
 
@@ -981,3 +995,4 @@ mod catalogs;
 mod scrub;
 #[cfg(test)]
 mod tests;
+mod two_gateways;

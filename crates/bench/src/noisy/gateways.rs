@@ -44,7 +44,7 @@ pub const RECONVERGED: f64 = 0.85;
 /// The window `reconverge_s` measures gateway 1's rate over.
 const WINDOW: Duration = Duration::from_millis(500);
 /// How long after the kill `reconverge_s` waits before giving up (it is then `null`).
-const RECONVERGE_WAIT: Duration = Duration::from_secs(10);
+pub const RECONVERGE_WAIT: Duration = Duration::from_secs(10);
 /// The third phase's warm-up with both gateways, and its writers' objects.
 const WARMUP: Duration = Duration::from_secs(3);
 const WRITER_OBJECT: u64 = 4 << 20;

@@ -510,3 +510,237 @@ fn the_postgres_catalog_is_rendered_against_redb_and_the_aggregate_per_gateway_c
     let rules = readme.lines().filter(|l| l.starts_with("|---")).count();
     assert_eq!(rules, 1, "one table: {readme}");
 }
+
+/// [`NOISY_JSON`] with `scenarios` added and `more` merged into the report.
+fn noisy_with(scenarios: &[Value], more: &Value) -> Source {
+    let mut json: Value = serde_json::from_str(NOISY_JSON).expect("test JSON");
+    let list = json["scenarios"].as_array_mut().expect("scenarios");
+    list.extend(scenarios.iter().cloned());
+    for (k, v) in more.as_object().expect("an object") {
+        json[k] = v.clone();
+    }
+    Source {
+        path: "docs/bench/noisy-neighbor.json".to_owned(),
+        json: Some(json),
+    }
+}
+
+/// A two-gateway scenario as `noisy::gateways` writes it.
+fn two_gateway(name: &str, p99: f64, reconverge: Option<Value>) -> Value {
+    let mut s = serde_json::json!({
+        "name": name, "victim_p50_s": 0.17, "victim_p99_s": p99, "victim_p999_s": p99,
+        "victim_p99_vs_solo": p99 / 0.184_214_679, "victim_requests": 48, "victim_errors": 0,
+        "victim_throughput_bps": 33_554_432.0, "victim_target_bps": 33_554_432.0,
+        "aggressor_stall_s": 16.5, "aggressor_bytes": 1_073_741_824, "tier_utilization": 0.93,
+        "drain_completion_s": 16.5,
+    });
+    if let Some(r) = reconverge {
+        s["reconverge_s"] = r;
+    }
+    s
+}
+
+#[test]
+fn the_two_gateway_scenarios_have_their_rows_and_reconverge_s_its_sentence() {
+    let mut inputs = none();
+    inputs.noisy = noisy_with(
+        &[
+            two_gateway("two_gateways_uncoordinated", 0.5, None),
+            two_gateway("two_gateways", 0.2, Some(serde_json::json!(1.234))),
+        ],
+        &serde_json::json!({}),
+    );
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, NOISY);
+    let uncoordinated = "| two_gateways_uncoordinated | 170.0 ms | 500.0 ms | 500.0 ms | 2.71× | \
+                         32.0 (32) | 48 (0) | 16.5 s | 16.5 s | 93% | – |";
+    assert!(md.contains(uncoordinated), "{md}");
+    let coordinated = "| two_gateways | 170.0 ms | 200.0 ms | 200.0 ms | 1.09× | 32.0 (32) | \
+                       48 (0) | 16.5 s | 16.5 s | 93% | – |";
+    assert!(md.contains(coordinated), "{md}");
+    assert!(
+        md.contains("two gateways on one PostgreSQL catalog share the tier"),
+        "{md}"
+    );
+    let reconverge = "In `two_gateways` gateway 2 was killed under load: gateway 1 alone moved \
+                      85% of the tier 1.23 s later (`reconverge_s`, the time capacity and limits \
+                      took to re-converge; bound 2 s: met).";
+    assert!(md.contains(reconverge), "{md}");
+    // Only the scenario that measured it has the sentence; nothing was skipped.
+    assert_eq!(md.matches("reconverge_s").count(), 1, "{md}");
+    assert!(!md.contains("skipped"), "{md}");
+    assert!(
+        !md.contains("--postgres none") && !md.contains("--only"),
+        "{md}"
+    );
+    let readme = summary(&inputs).expect("renders");
+    assert!(
+        readme.contains("| two_gateways_uncoordinated | 500.0 ms | 2.71× | 16.5 s | 93% | – |"),
+        "{readme}"
+    );
+    assert!(
+        readme.contains("| two_gateways | 200.0 ms | 1.09× |"),
+        "{readme}"
+    );
+    assert!(readme.contains(reconverge), "{readme}");
+
+    // Gateway 1 never took the tier over: `null`, said so, not a zero.
+    inputs.noisy = noisy_with(
+        &[two_gateway("two_gateways", 0.2, Some(Value::Null))],
+        &serde_json::json!({}),
+    );
+    let md = section(&figures_of(&inputs), NOISY).to_owned();
+    assert!(
+        md.contains(
+            "In `two_gateways` gateway 2 was killed under load: gateway 1 alone did not move 85% \
+             of the tier within 10 s (`reconverge_s` null: capacity and limits did not \
+             re-converge)."
+        ),
+        "{md}"
+    );
+    // Later than the bound: not met.
+    inputs.noisy = noisy_with(
+        &[two_gateway(
+            "two_gateways",
+            0.2,
+            Some(serde_json::json!(3.5)),
+        )],
+        &serde_json::json!({}),
+    );
+    let md = section(&figures_of(&inputs), NOISY).to_owned();
+    assert!(
+        md.contains("3.50 s later") && md.contains("bound 2 s: not met"),
+        "{md}"
+    );
+}
+
+fn figures_of(inputs: &Inputs) -> Vec<(&'static str, String)> {
+    figures(inputs).expect("renders")
+}
+
+#[test]
+fn a_skipped_scenario_is_shown_as_skipped_with_its_reason_never_as_figures() {
+    let mut inputs = none();
+    let reason = "no PostgreSQL for the two gateways' shared catalog (PostgreSQL not found)";
+    inputs.noisy = noisy_with(
+        &[],
+        &serde_json::json!({"skipped": [
+            {"name": "two_gateways_uncoordinated", "reason": reason},
+            {"name": "two_gateways"},
+        ]}),
+    );
+    let figures = figures_of(&inputs);
+    let md = section(&figures, NOISY);
+    assert!(
+        md.contains(
+            "| two_gateways_uncoordinated | skipped | – | – | – | – | – | – | – | – | – |\n"
+        ),
+        "{md}"
+    );
+    assert!(
+        md.contains("| two_gateways | skipped | – | – | – | – | – | – | – | – | – |\n"),
+        "{md}"
+    );
+    assert!(
+        md.contains(&format!(
+            "`two_gateways_uncoordinated` was skipped: {reason}."
+        )),
+        "{md}"
+    );
+    // No reason in the report: none made up.
+    assert!(md.contains("`two_gateways` was skipped.\n"), "{md}");
+    assert!(!md.contains("reconverge_s"), "{md}");
+    // The command that reproduces the run skips them too.
+    assert!(
+        md.starts_with("`target/release/sluice bench noisy-neighbor --postgres none --seed 7 "),
+        "{md}"
+    );
+    let readme = summary(&inputs).expect("renders");
+    assert!(
+        readme.contains("| two_gateways | skipped | – | – | – | – |\n"),
+        "{readme}"
+    );
+    assert!(readme.contains(reason), "{readme}");
+
+    // `--only`: the command names the scenarios the run was limited to.
+    let only = serde_json::json!(["dmclock", "two_gateways"]);
+    let mut json = inputs.noisy.json.take().expect("a report");
+    json["config"]["only"] = only;
+    json["skipped"] = serde_json::json!([{"name": "two_gateways", "reason": "no coordination"}]);
+    inputs.noisy.json = Some(json);
+    let md = section(&figures_of(&inputs), NOISY).to_owned();
+    assert!(
+        md.starts_with(
+            "`target/release/sluice bench noisy-neighbor --only dmclock,two_gateways --seed 7 "
+        ),
+        "{md}"
+    );
+}
+
+#[test]
+fn the_noisy_reports_two_gateway_parts_serialize_to_what_the_renderer_reads() {
+    // Built from the benchmark's own types: a field renamed there breaks this test.
+    let scenario = |name: &str, reconverge_s| crate::noisy::Scenario {
+        name: name.to_owned(),
+        victim_p50_s: 0.1,
+        victim_p99_s: 0.2,
+        victim_p999_s: 0.3,
+        victim_p99_vs_solo: 1.05,
+        victim_requests: 48,
+        victim_errors: 0,
+        victim_throughput_bps: 32.0 * MIB,
+        victim_target_bps: 32.0 * MIB,
+        aggressor_stall_s: Some(16.0),
+        aggressor_bytes: 1 << 30,
+        tier_utilization: 0.9,
+        drain_completion_s: Some(16.0),
+        local_utilization: None,
+        scrub_bps: None,
+        reconverge_s,
+        latencies: crate::stats::Latencies::default(),
+    };
+    let mut config = crate::noisy::Config::default_run(1, PathBuf::new(), PathBuf::new());
+    config.only = Some(vec!["two_gateways".to_owned()]);
+    let noisy = crate::noisy::Report {
+        seed: 1,
+        config,
+        scenarios: vec![
+            scenario("solo", None),
+            scenario(crate::noisy::gateways::COORDINATED, Some(None)),
+        ],
+        skipped: vec![crate::noisy::Skipped {
+            name: crate::noisy::gateways::UNCOORDINATED.to_owned(),
+            reason: format!("no PostgreSQL ({})", crate::postgres::INSTALL_HINT),
+        }],
+    };
+    let mut inputs = none();
+    inputs.noisy.json = Some(serde_json::to_value(&noisy).expect("serializes"));
+    let md = section(&figures_of(&inputs), NOISY).to_owned();
+    assert!(
+        md.contains("--only two_gateways --postgres none --seed 1"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| two_gateways | 100.0 ms | 200.0 ms |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("| two_gateways_uncoordinated | skipped |"),
+        "{md}"
+    );
+    // The reason as written, its glob shown as such, not as the start of emphasis.
+    assert!(
+        md.contains(
+            "`two_gateways_uncoordinated` was skipped: no PostgreSQL (PostgreSQL not found (no \
+             initdb and postgres on PATH or under /usr/lib/postgresql/\\*/bin): apt-get install \
+             postgresql)."
+        ),
+        "{md}"
+    );
+    // `Some(None)` is written as `null`: did not re-converge; `solo` has no sentence.
+    assert!(
+        md.contains("gateway 1 alone did not move 85% of the tier within 10 s"),
+        "{md}"
+    );
+    assert_eq!(md.matches("was killed under load").count(), 1, "{md}");
+}
