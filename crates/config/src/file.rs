@@ -131,6 +131,8 @@ pub struct FileTenant {
     pub interval: Option<HumanDuration>,
     pub retention: Option<FileRetention>,
     pub commit_markers: Option<Vec<String>>,
+    /// `[tenant.encryption]`: the tenant's confidential-object key (see `encryption`).
+    pub encryption: Option<crate::encryption::FileEncryption>,
 }
 
 /// `retention = 2` (checkpoints) or `retention = "500GiB"` (bytes).

@@ -11,6 +11,7 @@
 
 mod admin;
 mod catalog;
+mod encryption;
 mod file;
 mod node;
 mod scrub;
@@ -21,6 +22,7 @@ use std::time::Duration;
 
 pub use admin::AdminConfig;
 pub use catalog::CatalogConfig;
+pub use encryption::{EVIDENCE_HEADER, Encryption, KeySource};
 pub use file::FileConfig;
 pub use scrub::ScrubConfig;
 pub use validate::validate;
@@ -64,6 +66,10 @@ pub struct Config {
     pub catalog: Option<CatalogConfig>,
     /// `[admin]`: the administration's credentials and the seal key of tenants' secrets.
     pub admin: AdminConfig,
+    /// Each `[[tenant]]`'s `[tenant.encryption]`, by tenant id (only tenants that have one).
+    /// Kept beside `tenants`, not in [`Tenant`]: the served tenants may come from the catalog
+    /// (the gateways' answer), while where a tenant's key comes from is always this file's.
+    pub encryption: std::collections::BTreeMap<String, Encryption>,
 }
 
 #[derive(Debug, Clone)]
@@ -283,5 +289,10 @@ impl Config {
 
     pub fn tenant(&self, id: &str) -> Option<&Tenant> {
         self.tenants.iter().find(|t| t.id == id)
+    }
+
+    /// The tenant's `[tenant.encryption]`, if it has one.
+    pub fn encryption(&self, tenant: &str) -> Option<&Encryption> {
+        self.encryption.get(tenant)
     }
 }

@@ -162,14 +162,20 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
     let mut tenants = Vec::with_capacity(file.tenants.len());
     let mut ids = HashSet::new();
     let mut keys = HashSet::new();
-    for (i, t) in file.tenants.into_iter().enumerate() {
+    let mut encryption = std::collections::BTreeMap::new();
+    for (i, mut t) in file.tenants.into_iter().enumerate() {
         let label = format!("tenant[{i}] {:?}", t.id);
-        let tenant = tenant(t).map_err(|e| match e {
+        let named = |e| match e {
             ConfigError::Invalid { field, problem } => {
                 ConfigError::invalid(format!("{label}: {field}"), problem)
             }
             other => other,
-        })?;
+        };
+        let encrypted = crate::encryption::validate(t.encryption.take(), base).map_err(named)?;
+        let tenant = tenant(t).map_err(named)?;
+        if let Some(e) = encrypted {
+            encryption.insert(tenant.id.clone(), e);
+        }
         if !ids.insert(tenant.id.clone()) {
             return Err(ConfigError::invalid(
                 format!("{label}: id"),
@@ -201,6 +207,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         tenants,
         catalog: crate::catalog::validate(file.catalog)?,
         admin: crate::admin::validate(file.admin, base)?,
+        encryption,
     })
 }
 
