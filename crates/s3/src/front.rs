@@ -41,6 +41,7 @@ use sluice_throttle::Throttle;
 use crate::auth::Caller;
 use crate::blob::{BlobStore, Pacer};
 use crate::checksum::Expected;
+use crate::confidential::Confidential;
 use crate::error::{ApiError, ApiResult};
 use sluice_serve::sendfile::SendfileLane;
 
@@ -79,6 +80,9 @@ struct Inner {
     throttle: Option<Arc<Throttle>>,
     metrics: Arc<Metrics>,
     tier: Option<Arc<dyn Tier>>,
+    /// Tenants whose bodies are encrypted here (the node agent's keys; see
+    /// [`crate::confidential`]).
+    confidential: Option<Arc<dyn Confidential>>,
     /// Whether commits write recovery records (see [`crate::recovery`]): yes, unless a tier
     /// is behind this front.
     records: bool,
@@ -107,6 +111,7 @@ impl Front {
                 throttle,
                 metrics,
                 tier: None,
+                confidential: None,
                 records: true,
                 inline_records: true,
             }),
@@ -120,6 +125,14 @@ impl Front {
         let inner = Arc::make_mut(&mut self.inner);
         inner.tier = Some(tier);
         inner.records = false;
+        self
+    }
+
+    /// This front end encrypting the bodies of the tenants `keys` gives a key for, and
+    /// refusing the requests of those whose key is unavailable (see [`crate::confidential`]).
+    #[must_use]
+    pub fn with_confidential(mut self, keys: Arc<dyn Confidential>) -> Self {
+        Arc::make_mut(&mut self.inner).confidential = Some(keys);
         self
     }
 

@@ -5,6 +5,7 @@
 //! - [`front`]: the S3 operations, confined to the caller's namespace, with quota reserved
 //!   before bytes move (the capacity boundary); on the node agent, with the shared tier behind
 //!   them as a [`Tier`] (reads that miss here, merged listings);
+//! - [`confidential`]: which tenants' bodies the node agent encrypts, and with what key;
 //! - [`checksum`]: the `x-amz-checksum-*` a client attaches to a body, verified on the way in;
 //! - [`blob`]: streaming object bytes to and from `object_store` under a per-tenant prefix
 //!   (or handing a small body back, for the catalog to keep inline with its record);
@@ -19,6 +20,7 @@
 pub mod auth;
 pub mod blob;
 pub mod checksum;
+pub mod confidential;
 pub mod error;
 pub mod front;
 pub mod name;
@@ -27,6 +29,7 @@ pub mod recovery;
 
 pub use auth::{Caller, TenantAccess, TenantAuth, TenantKey, Tenants, is_extension, sigv4_tenant};
 pub use blob::BlobStore;
+pub use confidential::Confidential;
 pub use front::{Front, FrontConfig, Tier, TierBucket, TierRead};
 pub use reconcile::{ReconcileError, ReconcileSummary, reconcile};
 pub use sluice_serve::HttpService;
