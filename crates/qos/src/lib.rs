@@ -127,6 +127,10 @@
 //! tenant for what the others served. With one gateway ρ = δ = 1 and the formulas reduce to
 //! mClock's. Multiplying a count by this request's cost assumes the requests counted cost
 //! about the same, which holds when bodies are scheduled in fixed-size grains.
+//! [`Request::with_service_elsewhere`] takes the same service in cost units instead (what the
+//! node agent counts): the reservation clock moves by ρ's units, the proportional clock by
+//! δ's less ρ's, the limit clock by δ's, on top of the request's own cost; the tier this
+//! scheduler paces is charged only the request's own cost.
 //!
 //! # Invariants
 //!

@@ -17,6 +17,10 @@ pub struct Request<T> {
     cost: u64,
     rho: u32,
     delta: u32,
+    /// Cost units served elsewhere since the tenant's previous request here: by
+    /// reservation, and in any phase.
+    reserved_elsewhere: u64,
+    served_elsewhere: u64,
 }
 
 impl<T> Request<T> {
@@ -28,6 +32,8 @@ impl<T> Request<T> {
             cost: cost.max(1),
             rho: 1,
             delta: 1,
+            reserved_elsewhere: 0,
+            served_elsewhere: 0,
         }
     }
 
@@ -41,6 +47,21 @@ impl<T> Request<T> {
     pub fn with_counters(mut self, rho: u32, delta: u32) -> Self {
         self.rho = rho.max(1);
         self.delta = delta.max(self.rho);
+        self
+    }
+
+    /// dmClock's ρ and δ in cost units rather than counts: what the other gateways served
+    /// this tenant since its previous request to this one, `reserved` of it in their
+    /// reservation phase and `served` in any phase (raised to at least `reserved`), this
+    /// request not included. The tenant's clocks advance by them on top of this request's
+    /// own cost (the reservation clock by `reserved`, the proportional clock by
+    /// `served − reserved`, the limit clock by `served`); this gateway's tier is not charged
+    /// for them ([`Dispatch::cost`] is this request's own). Needs no assumption on the size
+    /// of the requests served elsewhere. Adds to [`with_counters`](Self::with_counters).
+    #[must_use]
+    pub fn with_service_elsewhere(mut self, reserved: u64, served: u64) -> Self {
+        self.reserved_elsewhere = reserved;
+        self.served_elsewhere = served.max(reserved);
         self
     }
 
@@ -210,7 +231,8 @@ impl<T> Scheduler<T> {
         let queued = Queued {
             payload: request.payload,
             cost: request.cost,
-            charge: Charge::new(request.cost, request.rho, request.delta),
+            charge: Charge::new(request.cost, request.rho, request.delta)
+                .elsewhere(request.reserved_elsewhere, request.served_elsewhere),
             arrival: now,
         };
         if self.tenant_mut(tenant)?.push(queued, shared) {
@@ -493,6 +515,64 @@ mod tests {
             panic!("expected NextAt");
         };
         assert!(next >= secs(0.2) && next <= secs(0.2) + Duration::from_nanos(2));
+    }
+
+    #[test]
+    fn service_elsewhere_moves_a_tenant_later_at_its_limit_and_in_the_weight_phase() {
+        // Limit 100/s: after the first request (its slack spent), one of 10 units per 0.1 s
+        // — unless 40 units were served elsewhere since, which move the limit clock 0.4 s on.
+        let mut scheduler = Scheduler::new();
+        let a = scheduler.add_tenant(qos(0.0, 1.0, Some(100.0)));
+        scheduler
+            .enqueue(
+                a,
+                Request::new('a', 10).with_service_elsewhere(0, 40),
+                Duration::ZERO,
+            )
+            .expect("known tenant");
+        scheduler
+            .enqueue(a, Request::new('a', 10), Duration::ZERO)
+            .expect("known tenant");
+        let first = dispatched(scheduler.dequeue(Duration::ZERO));
+        assert_eq!(
+            (first.payload, first.cost),
+            ('a', 10),
+            "the tier is charged its own cost"
+        );
+        let Decision::NextAt(at) = scheduler.dequeue(Duration::ZERO) else {
+            panic!("expected NextAt");
+        };
+        // 50 units at 100/s less one request of slack: 0.4 s.
+        assert!(
+            at >= secs(0.4) && at <= secs(0.4) + Duration::from_nanos(2),
+            "{at:?}"
+        );
+
+        // In the weight phase, 25 units elsewhere put a tenant two and a half requests behind
+        // its equal-weight neighbour: proportional tags 35, 45, … against 10, 20, ….
+        let mut scheduler = Scheduler::new();
+        let a2 = scheduler.add_tenant(qos(0.0, 1.0, None));
+        for i in 0..4 {
+            let r = Request::new('a', 10);
+            let r = if i == 0 {
+                r.with_service_elsewhere(0, 25)
+            } else {
+                r
+            };
+            scheduler
+                .enqueue(a2, r, Duration::ZERO)
+                .expect("known tenant");
+        }
+        let b2 = scheduler.add_tenant(qos(0.0, 1.0, None));
+        for _ in 0..4 {
+            scheduler
+                .enqueue(b2, Request::new('b', 10), Duration::ZERO)
+                .expect("known tenant");
+        }
+        let order: String = (0..8)
+            .map(|_| dispatched(scheduler.dequeue(Duration::ZERO)).payload)
+            .collect();
+        assert_eq!(order, "bbbabaaa");
     }
 
     #[test]

@@ -18,31 +18,55 @@ pub enum Phase {
     Weight,
 }
 
-/// What one request is charged, after normalisation (cost ≥ 1, 1 ≤ ρ ≤ δ).
+/// What one request is charged, after normalisation (cost ≥ 1, what was served elsewhere
+/// by reservation ≤ what was served elsewhere at all), in cost units.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Charge {
     pub(crate) cost: f64,
-    /// dmClock's ρ: this tenant's requests served in the reservation phase by all gateways
-    /// since its previous request here, this one included.
-    pub(crate) rho: f64,
-    /// dmClock's δ: this tenant's requests served in any phase by all gateways since its
-    /// previous request here, this one included.
-    pub(crate) delta: f64,
+    /// dmClock's ρ less this request: what other gateways served this tenant in their
+    /// reservation phase since its previous request here.
+    pub(crate) reserved_elsewhere: f64,
+    /// dmClock's δ less this request: what other gateways served this tenant in any phase
+    /// since its previous request here.
+    pub(crate) served_elsewhere: f64,
 }
 
 impl Charge {
+    /// A request of `cost` with dmClock's counters as request counts (ρ, δ, this one
+    /// included), each counted request taken to cost as much as this one.
     pub(crate) fn new(cost: u64, rho: u32, delta: u32) -> Self {
         let rho = rho.max(1);
+        let cost = cost.max(1) as f64;
         Self {
-            cost: cost.max(1) as f64,
-            rho: f64::from(rho),
-            delta: f64::from(delta.max(rho)),
+            cost,
+            reserved_elsewhere: f64::from(rho - 1) * cost,
+            served_elsewhere: f64::from(delta.max(rho) - 1) * cost,
         }
     }
 
-    /// Requests served in the weight phase elsewhere, plus this one: δ − ρ + 1.
-    fn weight_count(self) -> f64 {
-        self.delta - self.rho + 1.0
+    /// Adds service elsewhere given in cost units: `reserved` in the reservation phase,
+    /// `served` in any (raised to at least `reserved`).
+    pub(crate) fn elsewhere(mut self, reserved: u64, served: u64) -> Self {
+        self.reserved_elsewhere += reserved as f64;
+        self.served_elsewhere += served.max(reserved) as f64;
+        self
+    }
+
+    /// What moves the reservation clock: this request and reservation service elsewhere
+    /// (ρ·c with counts).
+    fn reservation_units(self) -> f64 {
+        self.cost + self.reserved_elsewhere
+    }
+
+    /// What moves the proportional clock: this request and weight-phase service elsewhere
+    /// ((δ − ρ + 1)·c with counts).
+    fn weight_units(self) -> f64 {
+        self.cost + self.served_elsewhere - self.reserved_elsewhere
+    }
+
+    /// What moves the limit clock: this request and all service elsewhere (δ·c with counts).
+    fn limit_units(self) -> f64 {
+        self.cost + self.served_elsewhere
     }
 }
 
@@ -164,9 +188,8 @@ impl Chains {
         shared: Shared,
         rejoin: Rejoin,
     ) -> Tags {
-        let cost = charge.cost;
         let reservation = if rates.has_reservation() {
-            let chained = self.reservation + charge.rho * cost * rates.reservation;
+            let chained = self.reservation + charge.reservation_units() * rates.reservation;
             chained.max(arrival.max(self.reservation_since))
         } else {
             f64::INFINITY
@@ -178,7 +201,7 @@ impl Chains {
                 .proportion
                 .max(shared.virtual_time - shared.limit_slack * rates.weight),
         };
-        let proportion = proportion_start + charge.weight_count() * cost * rates.weight;
+        let proportion = proportion_start + charge.weight_units() * rates.weight;
         let limit = if rates.has_limit() {
             self.limit - shared.limit_slack * rates.limit
         } else {
@@ -222,7 +245,7 @@ impl Chains {
             }
         }
         if rates.has_limit() {
-            self.limit = self.limit.max(now) + charge.delta * charge.cost * rates.limit;
+            self.limit = self.limit.max(now) + charge.limit_units() * rates.limit;
         }
     }
 
@@ -280,19 +303,32 @@ mod tests {
 
     const ONE: Charge = Charge {
         cost: 10.0,
-        rho: 1.0,
-        delta: 1.0,
+        reserved_elsewhere: 0.0,
+        served_elsewhere: 0.0,
     };
 
     #[test]
     fn charge_is_normalised() {
         let charge = Charge::new(0, 0, 0);
-        assert_eq!((charge.cost, charge.rho, charge.delta), (1.0, 1.0, 1.0));
+        assert_eq!(
+            (
+                charge.cost,
+                charge.reserved_elsewhere,
+                charge.served_elsewhere
+            ),
+            (1.0, 0.0, 0.0)
+        );
         let charge = Charge::new(5, 3, 2);
         assert_eq!(
-            (charge.rho, charge.delta),
-            (3.0, 3.0),
+            (charge.reserved_elsewhere, charge.served_elsewhere),
+            (10.0, 10.0),
             "δ counts what ρ counts"
+        );
+        let charge = Charge::new(5, 1, 1).elsewhere(7, 3);
+        assert_eq!(
+            (charge.reserved_elsewhere, charge.served_elsewhere),
+            (7.0, 7.0),
+            "served elsewhere counts what was reserved elsewhere"
         );
     }
 
@@ -441,6 +477,24 @@ mod tests {
         assert_eq!(tags.proportion, 5.0 + 3.0 * 5.0);
         chains.dispatched(&r, tags, charge, Phase::Weight, 0.0);
         assert_eq!(chains.limit, 1.0 + 4.0 * 1.0);
+    }
+
+    #[test]
+    fn service_elsewhere_in_cost_units_advances_each_clock_by_its_part() {
+        let r = rates(5.0, 2.0, Some(10.0));
+        let mut chains = Chains::default();
+        let first = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::FromIdle);
+        chains.dispatched(&r, first, ONE, Phase::Weight, 0.0);
+        // Since its last request here, 30 units served elsewhere, 20 of them by reservation.
+        let charge = ONE.elsewhere(20, 30);
+        let plain = chains.head(&r, ONE, 0.0, at(0.0, 0.0), Rejoin::Stay);
+        let tags = chains.head(&r, charge, 0.0, at(0.0, 0.0), Rejoin::Stay);
+        assert_eq!(tags.reservation, plain.reservation + 20.0 / 5.0);
+        assert_eq!(tags.proportion, plain.proportion + 10.0 / 2.0);
+        let mut alone = chains;
+        alone.dispatched(&r, plain, ONE, Phase::Weight, 0.0);
+        chains.dispatched(&r, tags, charge, Phase::Weight, 0.0);
+        assert_eq!(chains.limit, alone.limit + 30.0 / 10.0);
     }
 
     #[test]
