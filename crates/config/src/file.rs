@@ -22,6 +22,8 @@ pub struct FileGateway {
     pub data_dir: Option<String>,
     pub region: Option<String>,
     pub metrics_listen: Option<String>,
+    /// `[gateway] advertise`: where the other gateways reach this one's control listener.
+    pub advertise: Option<String>,
     pub max_object_size: Option<ByteSize>,
     pub capacity: Option<FileCapacity>,
     pub scrub: Option<crate::scrub::FileScrub>,

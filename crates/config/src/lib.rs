@@ -78,6 +78,9 @@ pub struct GatewayConfig {
     pub data_dir: PathBuf,
     pub region: String,
     pub metrics_listen: Option<String>,
+    /// `advertise`: the control listener's URL as the other gateways reach it
+    /// (`http(s)://host:port`; a bare `host:port` is `http://`). `None`: its bound address.
+    pub advertise: Option<String>,
     /// `None`: no `[gateway.capacity]`, nothing is throttled.
     pub throttle: Option<Capacity>,
     /// Largest single object body accepted by PutObject or UploadPart.

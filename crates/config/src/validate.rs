@@ -58,6 +58,7 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
                 data_dir: resolve(g.data_dir.as_deref().unwrap_or("./data/gateway")),
                 region,
                 metrics_listen: g.metrics_listen,
+                advertise: g.advertise.as_deref().map(advertise).transpose()?,
                 max_object_size,
                 throttle: capacity,
                 tls,
@@ -198,6 +199,11 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         crate::node::check_local_shares(&tenants, a.capacity)?;
     }
 
+    let catalog = crate::catalog::validate(file.catalog)?;
+    if let Some(g) = &gateway {
+        check_advertised(g, catalog.is_some())?;
+    }
+
     Ok(Config {
         gateway,
         backend,
@@ -205,10 +211,76 @@ pub fn validate(file: FileConfig, base: &Path) -> Result<Config, ConfigError> {
         emulate_shared,
         agent,
         tenants,
-        catalog: crate::catalog::validate(file.catalog)?,
+        catalog,
         admin: crate::admin::validate(file.admin, base)?,
         encryption,
     })
+}
+
+/// `[gateway] advertise`: `http://host:port`, `https://host:port` or `host:port` (read as
+/// `http://`), with a port and nothing after it; the URL, without a trailing `/`.
+fn advertise(given: &str) -> Result<String, ConfigError> {
+    let bad = |why: &str| {
+        ConfigError::invalid(
+            "gateway.advertise",
+            format!(
+                "{given:?}: {why}; expected http(s)://host:port or host:port, an address the \
+                 other gateways reach this one's metrics_listen at"
+            ),
+        )
+    };
+    let (scheme, rest) = match given.split_once("://") {
+        Some((s @ ("http" | "https"), rest)) => (s, rest),
+        Some(_) => return Err(bad("the scheme must be http or https")),
+        None => ("http", given),
+    };
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['/', '?', '#', '@']) || rest.contains(char::is_whitespace) {
+        return Err(bad("only a host and a port"));
+    }
+    let Some((host, port)) = rest.rsplit_once(':') else {
+        return Err(bad("no port"));
+    };
+    if port.parse::<u16>().map_or(true, |p| p == 0) {
+        return Err(bad("the port must be 1–65535"));
+    }
+    let bare = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    let unspecified = bare
+        .unwrap_or(host)
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified());
+    if host.is_empty() || unspecified {
+        return Err(bad(
+            "a host the other gateways can reach (not 0.0.0.0 or ::)",
+        ));
+    }
+    Ok(format!("{scheme}://{rest}"))
+}
+
+/// With cluster-wide QoS on (a shared catalog, `policy = "dmclock"` and `coordinate`), a
+/// gateway tells the others where its control listener is: an unspecified bind address
+/// (`0.0.0.0`, `::`) says nothing they can reach, so it needs `advertise`.
+fn check_advertised(g: &GatewayConfig, shared: bool) -> Result<(), ConfigError> {
+    let coordinated = shared
+        && g.throttle
+            .is_some_and(|c| c.coordinate && c.policy == Policy::DmClock);
+    let Some(listen) = g.metrics_listen.as_deref() else {
+        return Ok(());
+    };
+    let unspecified = listen
+        .parse::<std::net::SocketAddr>()
+        .is_ok_and(|a| a.ip().is_unspecified());
+    if coordinated && unspecified && g.advertise.is_none() {
+        return Err(ConfigError::invalid(
+            "gateway.metrics_listen",
+            format!(
+                "{listen:?} is an unspecified address, which the other gateways cannot reach for \
+                 cluster QoS ([gateway.capacity] coordinate): set gateway.advertise to the \
+                 address they reach it at (http://host:port), or bind a specific address"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Reservations are promises: their sum must fit what the tier can serve.
@@ -599,6 +671,58 @@ mod tests {
             .expect_err("a string is not a bool")
             .to_string();
         assert!(err.contains("coordinate"), "{err}");
+    }
+
+    #[test]
+    fn advertise_is_a_reachable_host_and_port_and_an_unspecified_bind_needs_it() {
+        let gw = |extra: &str| {
+            parse(&format!(
+                "[gateway]\nmetrics_listen = \"0.0.0.0:9100\"\n{extra}\n\
+                 [gateway.capacity]\nbandwidth = \"48MiB/s\"\n\
+                 [catalog]\nurl = \"postgres://u:p@db:5432/sluice\"\n"
+            ))
+        };
+        let err = gw("")
+            .expect_err("unspecified bind, coordinated")
+            .to_string();
+        assert!(err.contains("gateway.metrics_listen"), "{err}");
+        assert!(err.contains("gateway.advertise"), "{err}");
+        let url = |c: Config| c.gateway.and_then(|g| g.advertise);
+        assert_eq!(
+            url(gw("advertise = \"10.0.0.1:9100\"").expect("valid")).as_deref(),
+            Some("http://10.0.0.1:9100")
+        );
+        assert_eq!(
+            url(gw("advertise = \"https://gw-1.internal:9100/\"").expect("valid")).as_deref(),
+            Some("https://gw-1.internal:9100")
+        );
+        assert_eq!(
+            url(gw("advertise = \"[fd00::1]:9100\"").expect("valid")).as_deref(),
+            Some("http://[fd00::1]:9100")
+        );
+        for bad in [
+            "0.0.0.0:9100",
+            "[::]:9100",
+            "gw-1",
+            "gw-1:0",
+            "gw-1:99999",
+            "ftp://gw-1:9100",
+            "http://gw-1:9100/qos",
+            ":9100",
+        ] {
+            let err = gw(&format!("advertise = \"{bad}\""))
+                .expect_err(bad)
+                .to_string();
+            assert!(err.contains("gateway.advertise"), "{bad}: {err}");
+        }
+        // Not coordinated (no shared catalog, or coordinate = false): nothing to advertise.
+        parse("[gateway]\nmetrics_listen = \"0.0.0.0:9100\"\n[gateway.capacity]\nbandwidth = \"48MiB/s\"\n")
+            .expect("embedded catalog");
+        parse(
+            "[gateway]\nmetrics_listen = \"[::]:9100\"\n[gateway.capacity]\nbandwidth = \"48MiB/s\"\n\
+             coordinate = false\n[catalog]\nurl = \"postgres://u:p@db:5432/sluice\"\n",
+        )
+        .expect("uncoordinated");
     }
 
     #[test]
