@@ -63,6 +63,9 @@ pub const MAX_SKEW: Duration = Duration::from_secs(5);
 pub const SIGNATURE: &str = "x-sluice-cluster";
 /// How long a backlog counts for in a tenant's demand: `demand = served + waiting / this`.
 const BACKLOG_WINDOW: f64 = 0.25;
+/// The grain a request still waiting for its first admission counts for when the
+/// configuration does not say (`[gateway.capacity] grain`'s default).
+const DEFAULT_GRAIN: u64 = 1 << 20;
 
 /// One tenant's figures in a report (cost units, i.e. bytes, per second).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -345,6 +348,9 @@ pub struct Cluster {
     control: String,
     key: hmac::Key,
     capacity: f64,
+    /// `[gateway.capacity] grain`: what a request waiting for its first admission counts
+    /// for in its tenant's demand.
+    grain: u64,
     throttle: Arc<Throttle>,
     state: Mutex<State>,
 }
@@ -376,12 +382,17 @@ impl Cluster {
         control: std::net::SocketAddr,
     ) -> Result<Arc<Self>, crate::GatewayError> {
         let capacity = throttle.config().bandwidth;
+        let grain = crate::gateway_section(config)
+            .ok()
+            .and_then(|g| g.throttle)
+            .map_or(DEFAULT_GRAIN, |c| c.grain);
         Ok(Arc::new(Self {
             id: format!("{s3}"),
             s3: format!("http://{s3}"),
             control: format!("http://{control}"),
             key: key(config)?,
             capacity,
+            grain,
             throttle,
             state: Mutex::new(State {
                 coordinator: None,
@@ -453,13 +464,28 @@ impl Cluster {
 }
 
 /// Per-tenant cumulative counters, differenced into rates each round.
-#[derive(Default)]
+///
+/// A tenant's demand here is what it was served over the round plus the work it has waiting
+/// now, spread over [`BACKLOG_WINDOW`]: the grains it asked for and was not yet granted, and
+/// one grain for each request still waiting for its first admission (all such a request has
+/// asked for is its operation's cost, but a body follows). Without that grain a gateway held
+/// to its floor, whose requests all wait for their first admission, reported almost no
+/// demand and kept its floor: the share that starves a tenant also hid its demand.
 struct Meter {
-    last: HashMap<String, (u64, u64)>,
+    last: HashMap<String, u64>,
     at: Option<Instant>,
+    grain: f64,
 }
 
 impl Meter {
+    fn new(grain: u64) -> Self {
+        Self {
+            last: HashMap::new(),
+            at: None,
+            grain: grain as f64,
+        }
+    }
+
     fn rates(&mut self, throttle: &Throttle, now: Instant) -> BTreeMap<String, Usage> {
         let dt = self
             .at
@@ -468,19 +494,14 @@ impl Meter {
         self.at = Some(now);
         let mut out = BTreeMap::new();
         for u in throttle.usage() {
-            let (asked0, served0) = self
-                .last
-                .get(&u.name)
-                .copied()
-                .unwrap_or((u.asked, u.served));
+            let served0 = self.last.get(&u.name).copied().unwrap_or(u.served);
             let served = u.served.saturating_sub(served0) as f64 / dt;
-            let asked = u.asked.saturating_sub(asked0) as f64 / dt;
-            let backlog = u.asked.saturating_sub(u.served) as f64 / BACKLOG_WINDOW;
-            self.last.insert(u.name.clone(), (u.asked, u.served));
+            let waiting = u.asked.saturating_sub(u.served) as f64 + u.waiting as f64 * self.grain;
+            self.last.insert(u.name.clone(), u.served);
             out.insert(
                 u.name,
                 Usage {
-                    demand_bps: asked.max(served) + backlog,
+                    demand_bps: served + waiting / BACKLOG_WINDOW,
                     served_bps: served,
                 },
             );
@@ -497,7 +518,7 @@ pub async fn run(
 ) {
     let holder = format!("{} {}", cluster.id, cluster.control);
     let mut member = Member::new(&cluster.id, Instant::now());
-    let mut meter = Meter::default();
+    let mut meter = Meter::new(cluster.grain);
     let mut next_lease = Instant::now();
     let mut coordinator_url: Option<String> = None;
     let mut tick = tokio::time::interval(ROUND);

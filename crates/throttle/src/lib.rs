@@ -580,9 +580,21 @@ async fn dispatch(
     let handle = |sched: &mut Scheduler<oneshot::Sender<()>>,
                   background: &mut Classes<oneshot::Sender<()>>,
                   bandwidth: &mut f64,
+                  free_at: &mut Instant,
                   msg: Msg,
                   now: Instant| match msg {
-        Msg::Capacity(bw) => *bandwidth = bw,
+        Msg::Capacity(bw) => {
+            // A raise shortens the work already booked to its time at the new rate: kept in
+            // seconds, a grain booked while the share was small would hold the tier closed
+            // for its old service time (a gateway on the cluster's 5% floor books 1 MiB for
+            // over a second). A cut leaves it as booked: that grain is already on the tier,
+            // and stretching it would close the gateway for longer than the cut is meant to
+            // last; the new rate governs the grants that follow.
+            if *free_at > now && bw > *bandwidth {
+                *free_at = now + (*free_at - now).mul_f64(*bandwidth / bw);
+            }
+            *bandwidth = bw;
+        }
         Msg::Admit {
             tenant,
             cost,
@@ -635,6 +647,7 @@ async fn dispatch(
                 &mut sched,
                 &mut background,
                 &mut bandwidth,
+                &mut free_at,
                 msg,
                 Instant::now(),
             );
@@ -644,7 +657,7 @@ async fn dispatch(
             tokio::select! {
                 () = tokio::time::sleep_until(free_at - config.lookahead) => {}
                 msg = rx.recv() => match msg {
-                    Some(m) => handle(&mut sched, &mut background, &mut bandwidth, m, Instant::now()),
+                    Some(m) => handle(&mut sched, &mut background, &mut bandwidth, &mut free_at, m, Instant::now()),
                     None => return,
                 },
             }
@@ -688,7 +701,7 @@ async fn dispatch(
                 tokio::select! {
                     () = tokio::time::sleep_until(epoch + at) => {}
                     msg = rx.recv() => match msg {
-                        Some(m) => handle(&mut sched, &mut background, &mut bandwidth, m, Instant::now()),
+                        Some(m) => handle(&mut sched, &mut background, &mut bandwidth, &mut free_at, m, Instant::now()),
                         None => return,
                     },
                 }
@@ -698,6 +711,7 @@ async fn dispatch(
                     &mut sched,
                     &mut background,
                     &mut bandwidth,
+                    &mut free_at,
                     m,
                     Instant::now(),
                 ),

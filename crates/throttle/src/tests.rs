@@ -341,3 +341,41 @@ async fn a_share_without_capacity_is_refused() {
         Err(ThrottleError::Rate(_))
     ));
 }
+
+/// A grain booked under a small share must not hold the tier closed for its old service time
+/// once the share is raised: the dispatcher kept the booked work in seconds, so a gateway on
+/// the cluster's 5% floor that granted one 1 MiB grain stayed closed for a second after the
+/// coordinator raised its share (a burst's first grains waited a round and more).
+#[tokio::test(start_paused = true)]
+async fn a_raised_share_shortens_the_work_already_booked() {
+    let t = Throttle::start(
+        config(Policy::DmClock, 64.0),
+        vec![TenantSpec {
+            name: "a".into(),
+            qos: qos(0.0, 1.0, None),
+        }],
+    )
+    .expect("start");
+    let share = |mib: f64| Share {
+        capacity: mib * MIB,
+        tenants: HashMap::new(),
+        scale: 1.0,
+    };
+    t.set_share(Some(share(1.0))).await.expect("small share");
+    // Granted at once (the tier is free); it books about a second at 1 MiB/s.
+    assert!(t.admit_bytes("a", 1 << 20).await < Duration::from_millis(1));
+    t.set_share(Some(share(64.0))).await.expect("raised share");
+    let raised = t.admit_bytes("a", 1 << 20).await;
+    // At 64 MiB/s the booked MiB is 16 ms of work.
+    assert!(raised <= Duration::from_millis(20), "waited {raised:?}");
+    // Lowered, the work already booked stays as booked (the second grain, 15.6 ms, and the
+    // lookahead before it): the new rate governs what follows, 1 MiB at 4 MiB/s.
+    t.set_share(Some(share(4.0))).await.expect("lowered share");
+    let lowered = t.admit_bytes("a", 1 << 20).await;
+    assert!(lowered <= Duration::from_millis(20), "waited {lowered:?}");
+    let next = t.admit_bytes("a", 1 << 20).await;
+    assert!(
+        next >= Duration::from_millis(240) && next <= Duration::from_millis(260),
+        "waited {next:?}"
+    );
+}

@@ -168,3 +168,56 @@ fn reports_verify_only_with_the_deployments_key_and_in_time() {
     let forged = sign(&other, now, body);
     assert!(!verify(&k, now, &forged, body));
 }
+
+/// A gateway held to its floor, its tenant's requests all waiting for their first admission,
+/// must still report that tenant's demand: the meter counted only what those requests had
+/// asked for (their operation's cost, 6 KiB each here), so such a gateway reported almost no
+/// demand and the coordinator kept it on its floor for as long as the floor took to clear
+/// (over a second for one 1 MiB grain at 0.8 MiB/s).
+#[tokio::test(start_paused = true)]
+async fn requests_waiting_for_their_first_admission_count_as_demand() {
+    use sluice_throttle::{Policy, Share, TenantSpec, ThrottleConfig};
+    let throttle = Throttle::start(
+        ThrottleConfig {
+            policy: Policy::DmClock,
+            bandwidth: 48.0 * MIB,
+            ops: 8000.0,
+            queue_depth: 64,
+            lookahead: sluice_throttle::DEFAULT_LOOKAHEAD,
+        },
+        vec![TenantSpec {
+            name: "a".into(),
+            qos: TenantQos::new(0.0, 1.0, None).expect("valid"),
+        }],
+    )
+    .expect("start");
+    throttle
+        .set_share(Some(Share {
+            capacity: 0.8 * MIB,
+            tenants: HashMap::new(),
+            scale: 1.0 / 3.0,
+        }))
+        .await
+        .expect("the floor");
+    let mut meter = Meter::new(1 << 20);
+    let _ = meter.rates(&throttle, Instant::now());
+    // One grain books the floor for over a second; four requests then wait behind it.
+    throttle.admit_bytes("a", 1 << 20).await;
+    let waiting: Vec<_> = (0..4)
+        .map(|_| {
+            let t = Arc::clone(&throttle);
+            tokio::spawn(async move { t.admit_op("a").await })
+        })
+        .collect();
+    tokio::time::advance(ROUND).await;
+    let usage = meter.rates(&throttle, Instant::now());
+    let a = usage["a"];
+    assert!(
+        a.demand_bps >= 4.0 * MIB / BACKLOG_WINDOW,
+        "four waiting requests are four grains of demand: {a:?}"
+    );
+    assert!(a.served_bps >= 10.0 * MIB, "the granted grain: {a:?}");
+    for w in waiting {
+        w.abort();
+    }
+}
