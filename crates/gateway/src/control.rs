@@ -88,6 +88,32 @@ pub fn tenant_specs(config: &Config) -> Result<Vec<TenantSpec>, GatewayError> {
         .collect()
 }
 
+/// The scheduler's served work per tenant and the capacity it paces to (`sluice top`).
+fn qos_render(th: &Throttle) -> String {
+    use std::fmt::Write as _;
+    let tier = th.config().bandwidth;
+    let now = th.share().map_or(tier, |s| s.capacity);
+    let mut out = format!(
+        "# HELP sluice_qos_tier_capacity_bytes_per_second The tier's capacity ([gateway.capacity] bandwidth).\n\
+         # TYPE sluice_qos_tier_capacity_bytes_per_second gauge\n\
+         sluice_qos_tier_capacity_bytes_per_second {tier}\n\
+         # HELP sluice_qos_capacity_bytes_per_second The capacity this gateway paces to now.\n\
+         # TYPE sluice_qos_capacity_bytes_per_second gauge\n\
+         sluice_qos_capacity_bytes_per_second {now}\n\
+         # HELP sluice_qos_served_cost_total Cost units (bytes plus the per-operation cost) the scheduler granted.\n\
+         # TYPE sluice_qos_served_cost_total counter\n"
+    );
+    for u in th.usage() {
+        let name = u.name.replace('\\', "\\\\").replace('"', "\\\"");
+        let _ = writeln!(
+            out,
+            "sluice_qos_served_cost_total{{tenant=\"{name}\"}} {}",
+            u.served
+        );
+    }
+    out
+}
+
 impl Control {
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
@@ -153,8 +179,20 @@ impl Control {
                     .map(|s| (s.name.clone(), s.qos.limit().unwrap_or(f64::INFINITY)))
                     .collect(),
             });
+            gauges.push(Gauge {
+                name: "qos_queued_requests",
+                help: "Requests waiting for their first admission now (SlowDown past queue_depth).",
+                values: th
+                    .usage()
+                    .into_iter()
+                    .map(|u| (u.name, u.waiting as f64))
+                    .collect(),
+            });
         }
         let mut text = self.metrics.render("sluice", &gauges);
+        if let Some(th) = &self.throttle {
+            text.push_str(&qos_render(th));
+        }
         text.push_str(&sluice_serve::sendfile::render_metrics());
         text.push_str(&self.scrub.render());
         if let Some(c) = &self.cluster {

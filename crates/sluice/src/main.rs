@@ -3,6 +3,7 @@
 
 mod cmd;
 mod logging;
+mod top;
 
 use clap::{Parser, Subcommand};
 
@@ -49,6 +50,10 @@ enum Command {
     Plan(cmd::plan::Args),
     /// Measure the configured backend's bandwidth and operation rate for [gateway.capacity].
     Calibrate(cmd::bench::CalibrateArgs),
+    /// Every tenant across the deployment's gateways and agents, live: rates against
+    /// reservation, weight share and limit, queue, SlowDowns, the per-gateway split, the
+    /// agents' durability lag (--once: one frame; --once --json: as JSON).
+    Top(top::Args),
     /// Benchmarks (figures, not tests).
     #[command(subcommand)]
     Bench(cmd::bench::Command),
@@ -77,6 +82,7 @@ fn run() -> anyhow::Result<()> {
         Command::Catalog(cmd) => cmd::catalog::run(&cmd),
         Command::Scrub(args) => cmd::scrub::run(&args),
         Command::Plan(args) => cmd::plan::run(&args),
+        Command::Top(args) => top::run(&args),
         Command::Bench(cmd) => cmd::bench::run(&cmd),
         Command::Calibrate(args) => cmd::bench::calibrate(&args),
     }
