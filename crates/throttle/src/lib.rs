@@ -43,7 +43,7 @@
 //! capacity model, so a background class is held to its rate alone.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
@@ -52,8 +52,10 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
 mod background;
+pub mod elsewhere;
 
 use background::{ClassId, Classes, Pop, Waiting};
+use elsewhere::Elsewhere;
 
 /// How far ahead of now the dispatcher books the tier when nothing else is said: a couple of
 /// milliseconds of queued work keeps the backend busy across timer granularity without
@@ -159,6 +161,9 @@ enum Msg {
     Admit {
         tenant: TenantId,
         cost: u64,
+        /// Served elsewhere (cost units): by reservation, and in all (see `elsewhere`).
+        reserved_elsewhere: u64,
+        served_elsewhere: u64,
         grant: oneshot::Sender<()>,
     },
     Update {
@@ -213,6 +218,9 @@ pub struct Throttle {
     route: Route,
     /// Background class ids, shared by every handle of one dispatcher.
     classes: Arc<AtomicU64>,
+    /// Whether [`Throttle::admit_op_elsewhere`] applies what it is told (see
+    /// [`Throttle::honour_elsewhere`]).
+    elsewhere: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Throttle {
@@ -257,6 +265,7 @@ impl Throttle {
             config,
             route: Route::Tenants,
             classes: Arc::default(),
+            elsewhere: Arc::default(),
         }))
     }
 
@@ -284,6 +293,7 @@ impl Throttle {
                 tx: self.tx.clone(),
             })),
             classes: Arc::clone(&self.classes),
+            elsewhere: Arc::clone(&self.elsewhere),
         }))
     }
 
@@ -330,6 +340,26 @@ impl Throttle {
     /// Admits a new request's operation (its per-op cost), or refuses at once if the
     /// tenant's queue is full. Returns how long it waited. Unknown tenants pass unthrottled.
     pub async fn admit_op(&self, tenant: &str) -> Result<Duration, Throttled> {
+        self.admit_op_elsewhere(tenant, None).await
+    }
+
+    /// Applies dmClock's δ/ρ from the requests' headers (off until called): a gateway pacing
+    /// on its own turns it on, a coordinated one leaves it off (see `elsewhere`).
+    pub fn honour_elsewhere(&self, on: bool) {
+        self.elsewhere.store(on, Ordering::Relaxed);
+    }
+
+    /// [`Throttle::admit_op`] for a request that says what other gateways served its tenant
+    /// since its previous request here (see [`elsewhere`]): priced with this throttle's cost
+    /// model, cut to [`elsewhere::MAX_SECONDS`] of its capacity, it advances the tenant's
+    /// clocks on top of the operation's own cost, when [`Throttle::honour_elsewhere`] is on
+    /// and the policy keeps per-tenant clocks (not [`Policy::Fifo`]). It never lowers what the
+    /// request is charged, and the tier is charged only the operation.
+    pub async fn admit_op_elsewhere(
+        &self,
+        tenant: &str,
+        elsewhere: Option<Elsewhere>,
+    ) -> Result<Duration, Throttled> {
         if let Route::Background(class) = &self.route {
             return Ok(self.wait_background(class, 0, self.cost.per_op()).await);
         }
@@ -347,7 +377,19 @@ impl Throttle {
                 retry_after: Duration::from_secs_f64(secs.ceil()),
             });
         }
-        let waited = self.wait(&slot, self.cost.per_op()).await;
+        let honoured = self.config.policy != Policy::Fifo && self.elsewhere.load(Ordering::Relaxed);
+        let (reserved, served) = match elsewhere.filter(|_| honoured) {
+            None => (0, 0),
+            Some(e) => {
+                // Finite and positive (`start` checked the bandwidth); saturates in the cast.
+                let cap = (self.config.bandwidth * elsewhere::MAX_SECONDS) as u64;
+                let rho = e.rho.cost(self.cost, cap);
+                (rho, e.delta.cost(self.cost, cap).max(rho))
+            }
+        };
+        let waited = self
+            .wait(&slot, self.cost.per_op(), (reserved, served))
+            .await;
         slot.waiting.fetch_sub(1, Ordering::AcqRel);
         Ok(waited)
     }
@@ -362,12 +404,14 @@ impl Throttle {
                 .await;
         }
         match self.slot(tenant) {
-            Some(slot) if bytes > 0 => self.wait(&slot, self.cost.cost(bytes)).await,
+            Some(slot) if bytes > 0 => self.wait(&slot, self.cost.cost(bytes), (0, 0)).await,
             _ => Duration::ZERO,
         }
     }
 
-    async fn wait(&self, slot: &Slot, cost: u64) -> Duration {
+    /// Queues `cost` for the tenant of `slot`, with `elsewhere` (reserved, served) on top of
+    /// it for its clocks, and waits for the grant.
+    async fn wait(&self, slot: &Slot, cost: u64, elsewhere: (u64, u64)) -> Duration {
         let started = Instant::now();
         let (grant, granted) = oneshot::channel();
         slot.asked.fetch_add(cost, Ordering::Relaxed);
@@ -376,6 +420,8 @@ impl Throttle {
             .send(Msg::Admit {
                 tenant: slot.id,
                 cost,
+                reserved_elsewhere: elsewhere.0,
+                served_elsewhere: elsewhere.1,
                 grant,
             })
             .is_err()
@@ -598,9 +644,13 @@ async fn dispatch(
         Msg::Admit {
             tenant,
             cost,
+            reserved_elsewhere,
+            served_elsewhere,
             grant,
         } => {
-            if let Err(e) = sched.enqueue(tenant, Request::new(grant, cost), now - epoch) {
+            let request = Request::new(grant, cost)
+                .with_service_elsewhere(reserved_elsewhere, served_elsewhere);
+            if let Err(e) = sched.enqueue(tenant, request, now - epoch) {
                 tracing::error!(error = %e, "admission for an unknown scheduler tenant");
             }
         }
