@@ -12,7 +12,9 @@
 //! [`node`] is upstream as the front's tier, for the reads it merges; [`status`] reports.
 //! [`admission`] shares the node's local device (dmClock paced to `[agent.capacity]`, per
 //! tenant `local_reservation`, `local_weight`, `local_limit`) and the drain's uplink among
-//! the node's tenants, when configured.
+//! the node's tenants, when configured. [`keys`] holds the confidential-object key of each
+//! tenant with `[tenant.encryption]` (from its key broker or `key_file`, in memory only) and
+//! hands it to the front, which encrypts that tenant's bodies.
 //!
 //! Start-up order: read the S3 listener's certificate if `tls_cert` and `tls_key` are set, and
 //! bind every listener ([`Listeners::bind`]: a bad certificate or an address in use fails the
@@ -25,7 +27,8 @@
 //! file has been parsed and checked as a whole before anything changes; then the tenants'
 //! keys (the S3 listener's and the upstream's), local quotas, bucket limits, drain policies
 //! (rate, limit, interval), retention and commit markers are replaced, new tenants
-//! added, and the S3 listener's certificate read anew from `tls_cert` and `tls_key` for new
+//! added, a changed `[tenant.encryption]` read anew (a `key_file` that does not load refuses
+//! the whole reload), and the S3 listener's certificate read anew from `tls_cert` and `tls_key` for new
 //! connections (one that does not load refuses the whole reload). A tenant no longer in the file can no longer call the agent, but what it buffered
 //! still drains with its last keys. The listen addresses, the data directory, the upstream
 //! gateways (and their `upstream_ca`) and turning TLS on or off need a restart: a reload that changes them is refused and nothing changes.
@@ -42,6 +45,7 @@ pub mod admission;
 pub mod drain;
 pub mod escrow;
 pub mod journal;
+pub mod keys;
 pub mod node;
 pub mod pacer;
 pub mod server;
@@ -121,6 +125,9 @@ pub enum AgentError {
     /// `[agent] node_credential_file` could not be read.
     #[error("[agent] node_credential_file: {0}")]
     Fetch(#[from] tenants_fetch::FetchError),
+    /// A tenant's `[tenant.encryption] key_file` could not be used.
+    #[error("{0}")]
+    Keys(#[from] keys::KeyError),
 }
 
 impl From<sluice_meta::MetaError> for AgentError {
@@ -184,6 +191,8 @@ pub struct Control {
     fetched: Arc<std::sync::Mutex<Option<Fetched>>>,
     /// The S3 listener's certificate, when it speaks TLS (set once serving).
     tls: Option<ServerTls>,
+    /// The tenants' confidential-object keys.
+    keys: keys::Keys,
 }
 
 /// The configuration served: the file's, its tenants merged with the gateways' answer
@@ -236,6 +245,7 @@ impl Control {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         check_fixed(&current, new)?;
+        self.keys.prepare(new)?;
         self.staged_certificate(new).map(drop)
     }
 
@@ -256,9 +266,11 @@ impl Control {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         check_fixed(&current, new)?;
         let staged = self.staged_certificate(new)?;
+        let keys = self.keys.prepare(new)?;
         if let (Some(tls), Some(staged)) = (&self.tls, staged) {
             tls.install(staged);
         }
+        self.keys.install(keys);
         let fetched = lock(&self.fetched);
         self.serve(new, fetched.as_ref());
         drop(fetched);
@@ -362,6 +374,7 @@ pub struct Agent {
     drain: Arc<Drain>,
     quota: Arc<SharedQuota>,
     tenants: Arc<Tenants>,
+    keys: keys::Keys,
     control: Control,
     config: Config,
     /// The gateways to fetch the tenants from, the cache, and its answer read at open.
@@ -404,6 +417,8 @@ impl Agent {
             Some(path) => upstream_roots(path)?,
             None => Vec::new(),
         };
+        // A key_file that does not load fails the start; a key broker that refuses does not.
+        let confidential = keys::Keys::open(file).await?;
         let objects = a.data_dir.join("objects");
         std::fs::create_dir_all(&objects).map_err(|source| AgentError::DataDir {
             path: objects.clone(),
@@ -506,10 +521,12 @@ impl Agent {
             )
             .with_admission(Arc::clone(&admission)),
         );
-        let node = front.with_tier(Arc::new(
-            SharedTier::new(journal, Arc::clone(&upstream), Arc::clone(&drain))
-                .with_quota(Arc::clone(&quota)),
-        ));
+        let node = front
+            .with_tier(Arc::new(
+                SharedTier::new(journal, Arc::clone(&upstream), Arc::clone(&drain))
+                    .with_quota(Arc::clone(&quota)),
+            ))
+            .with_confidential(Arc::new(confidential.clone()));
         let tenants = Arc::new(Tenants::new(keys));
         let control = Control {
             tenants: Arc::clone(&tenants),
@@ -522,12 +539,14 @@ impl Agent {
                 fetch.as_ref().and_then(|f| f.2.clone()),
             )),
             tls: None,
+            keys: confidential.clone(),
         };
         Ok(Self {
             node,
             drain,
             quota,
             tenants,
+            keys: confidential,
             control,
             config: file.clone(),
             fetch,
@@ -554,6 +573,7 @@ impl Agent {
         let own_status = server::TenantStatusRoute {
             drain: Arc::clone(&self.drain),
             tenants: Arc::clone(&self.tenants),
+            keys: self.keys.clone(),
         };
         // Half the gateway's header limit: what a trainer stored here goes upstream with the
         // drain's own signature and headers, and must fit the gateway's limit whatever they add.
@@ -571,6 +591,7 @@ impl Agent {
             let routes = StatusRoutes {
                 drain: Arc::clone(&self.drain),
                 metrics: Arc::clone(self.drain.admission().metrics()),
+                keys: self.keys.clone(),
             };
             tasks.push(tokio::spawn(server::serve(
                 l,
@@ -588,6 +609,7 @@ impl Agent {
                 rx.clone(),
             )));
         }
+        tasks.push(tokio::spawn(self.keys.run(rx.clone())));
         tasks.push(tokio::spawn(Arc::clone(&self.quota).run(rx.clone())));
         tasks.push(tokio::spawn(Arc::clone(&self.drain).run(rx)));
         Running {

@@ -50,11 +50,15 @@ pub async fn unready(drain: &Drain) -> Option<String> {
 pub const STATUS_QUERY: &str = "sluice-status";
 
 /// A status snapshot, all tenants or one, off the runtime's threads.
-async fn snapshot(drain: &Arc<Drain>, only: Option<String>) -> Result<status::Status, String> {
-    let drain = Arc::clone(drain);
+async fn snapshot(
+    drain: &Arc<Drain>,
+    keys: &crate::keys::Keys,
+    only: Option<String>,
+) -> Result<status::Status, String> {
+    let (drain, keys) = (Arc::clone(drain), keys.clone());
     tokio::task::spawn_blocking(move || {
         let journal = Arc::clone(&drain.journal);
-        status::snapshot(&drain, &journal, only.as_deref())
+        status::snapshot(&drain, &journal, only.as_deref()).map(|s| s.with_keys(&keys))
     })
     .await
     .map_err(|e| e.to_string())?
@@ -68,6 +72,8 @@ pub struct StatusRoutes {
     /// The S3 front's per-tenant counters: body bytes in and out of the node's store, queue
     /// waits on its local device, throttled requests.
     pub metrics: Arc<sluice_metrics::Metrics>,
+    /// The tenants' confidential-object keys (whether each is loaded, its id).
+    pub keys: crate::keys::Keys,
 }
 
 impl StatusRoutes {
@@ -93,7 +99,7 @@ impl StatusRoutes {
                 );
             }
         };
-        match snapshot(&self.drain, None).await {
+        match snapshot(&self.drain, &self.keys, None).await {
             Ok(s) if metrics => plain(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
@@ -126,6 +132,7 @@ fn plain(code: StatusCode, ctype: &'static str, body: String) -> http::Response<
 pub struct TenantStatusRoute {
     pub drain: Arc<Drain>,
     pub tenants: Arc<Tenants>,
+    pub keys: crate::keys::Keys,
 }
 
 #[async_trait::async_trait]
@@ -154,7 +161,7 @@ impl S3Route for TenantStatusRoute {
                 "anonymous requests are refused"
             ));
         };
-        let status = snapshot(&self.drain, Some(tenant.to_string()))
+        let status = snapshot(&self.drain, &self.keys, Some(tenant.to_string()))
             .await
             .map_err(|e| {
                 sluice_serve::request::fault(format_args!("status snapshot failed: {e}"));

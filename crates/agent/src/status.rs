@@ -3,7 +3,9 @@
 //! JSON and as Prometheus text (base units, one `tenant` label). Every tenant's, to the
 //! operator, on `status_listen`; a tenant's own, as JSON, on the S3 listener (see `server`).
 //! The operator's also shows each upstream gateway's state (up or resting after a failure,
-//! its failures and last error; `gateway` label in Prometheus).
+//! its failures and last error; `gateway` label in Prometheus). A tenant with
+//! `[tenant.encryption]` shows whether its key is loaded and the key's id (never the key),
+//! or why it is unavailable (`sluice_agent_tenant_key_loaded` in Prometheus).
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -61,6 +63,20 @@ pub struct TenantStatus {
     /// copy or the drain's read-back; each read refused): `sluice_integrity_errors_total`.
     pub integrity_errors_total: u64,
     pub last_error: Option<ErrorInfo>,
+    /// The tenant's confidential-object key, with `[tenant.encryption]` (absent otherwise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::keys::KeyStatus>,
+}
+
+impl Status {
+    /// Each tenant's key state from `keys`.
+    #[must_use]
+    pub fn with_keys(mut self, keys: &crate::keys::Keys) -> Self {
+        for t in &mut self.tenants {
+            t.encryption = keys.status(&t.tenant);
+        }
+        self
+    }
 }
 
 use sluice_meta::now_ms;
@@ -133,6 +149,7 @@ pub fn snapshot(
                 evicted_bytes_total: t.evicted_bytes_total,
                 integrity_errors_total: integrity_errors,
                 last_error: t.last_error.clone(),
+                encryption: None,
             })
         });
         if let Some(r) = row {
@@ -255,6 +272,17 @@ pub fn prometheus(s: &Status) -> String {
             } else {
                 0.0
             })
+        },
+    );
+    family(
+        "sluice_agent_tenant_key_loaded",
+        "gauge",
+        "1 while the tenant's confidential-object key is loaded, 0 while it is unavailable \
+         (tenants with [tenant.encryption] only).",
+        &|t| {
+            t.encryption
+                .as_ref()
+                .map(|k| if k.loaded { 1.0 } else { 0.0 })
         },
     );
     gateway_families(&mut out, &s.gateways);

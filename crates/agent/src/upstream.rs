@@ -7,7 +7,8 @@
 //! has no API for, signed with its SigV4 authorizer; it also serves the node's reads
 //! (`get`, `list`, `list_buckets`, `bucket_exists`). [`Pool`] puts one `Upstream` per gateway
 //! of `[agent] upstream` behind the same calls, spreading them over the gateways and failing
-//! over when one dies (see `pool`). Tests have an in-memory twin (`memory`)
+//! over when one dies (see `pool`), each request carrying dmClock's δ, what the pool's other
+//! gateways served its tenant since its previous request to this one (see `ledger`). Tests have an in-memory twin (`memory`)
 //! and a fault-injecting decorator (`faults`); one conformance suite runs against both real
 //! and twin.
 //!
@@ -30,6 +31,7 @@ mod answer;
 mod conformance;
 #[cfg(test)]
 pub mod faults;
+mod ledger;
 #[cfg(test)]
 pub mod memory;
 mod pool;

@@ -17,6 +17,7 @@
 //! that miss here, listings and ListBuckets take the tier in (see [`tier`]).
 
 mod buckets;
+mod confidential;
 pub mod escrow;
 mod listing;
 mod multipart;
@@ -83,6 +84,8 @@ struct Inner {
     /// Tenants whose bodies are encrypted here (the node agent's keys; see
     /// [`crate::confidential`]).
     confidential: Option<Arc<dyn Confidential>>,
+    /// Plaintext bytes per segment of the bodies encrypted here.
+    segment_size: u32,
     /// Whether commits write recovery records (see [`crate::recovery`]): yes, unless a tier
     /// is behind this front.
     records: bool,
@@ -112,6 +115,7 @@ impl Front {
                 metrics,
                 tier: None,
                 confidential: None,
+                segment_size: sluice_crypt::DEFAULT_SEGMENT_SIZE,
                 records: true,
                 inline_records: true,
             }),
@@ -133,6 +137,14 @@ impl Front {
     #[must_use]
     pub fn with_confidential(mut self, keys: Arc<dyn Confidential>) -> Self {
         Arc::make_mut(&mut self.inner).confidential = Some(keys);
+        self
+    }
+
+    /// Encrypts bodies in segments of `bytes` plaintext bytes instead of
+    /// [`sluice_crypt::DEFAULT_SEGMENT_SIZE`] (tests crossing many segment boundaries).
+    #[must_use]
+    pub fn with_segment_size(mut self, bytes: u32) -> Self {
+        Arc::make_mut(&mut self.inner).segment_size = bytes;
         self
     }
 

@@ -12,11 +12,15 @@
 //! A request that got no answer is `Unavailable` with its causes spelled out (a TLS
 //! certificate the agent's roots do not trust reads `invalid peer certificate: UnknownIssuer`).
 //!
+//! Given a pool's [`Ledger`], the client also carries dmClock's δ on each request to its
+//! gateway and counts what the gateway served (see `ledger`).
+//!
 //! Successful answers and redirects pass untouched. An S3 error inside a 200 answer (which
 //! `CompleteMultipartUpload` may send) stays `object_store`'s and is `Unavailable`, as S3
 //! asks: retry it.
 
 use std::error::Error as StdError;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use object_store::ClientOptions;
@@ -25,7 +29,10 @@ use object_store::client::{
     ReqwestConnector,
 };
 
+use sluice_throttle::elsewhere::{DELTA_HEADER, Service};
+
 use super::UpstreamError;
+use super::ledger::Ledger;
 
 /// An error answer from upstream.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,16 +145,86 @@ fn find<'a, T: StdError + 'static>(e: &'a (dyn StdError + 'static)) -> Option<&'
     None
 }
 
-/// The agent's HTTP client: `reqwest`'s, with error answers returned as [`ErrorAnswer`]s.
+/// The agent's HTTP client: `reqwest`'s, with error answers returned as [`ErrorAnswer`]s, and
+/// with a pool's [`Ledger`] the dmClock δ on each request and the count of what it served.
 #[derive(Debug)]
 struct StatusService {
     inner: HttpClient,
+    dmclock: Option<Dmclock>,
+}
+
+/// Which gateway of a pool this client talks to, and the pool's ledger.
+#[derive(Debug, Clone)]
+pub struct Dmclock {
+    pub ledger: Arc<Ledger>,
+    pub gateway: usize,
+}
+
+/// The access key a SigV4 request is signed with (`Credential=KEY/...` of its
+/// `Authorization`): the tenant the ledger counts for.
+fn access_key(req: &HttpRequest) -> Option<String> {
+    let auth = req
+        .headers()
+        .get(http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
+    let (_, rest) = auth.split_once("Credential=")?;
+    let (key, _) = rest.split_once('/')?;
+    Some(key.to_owned())
+}
+
+/// Did the gateway admit the request (and so charge it), by its answer's status? `SlowDown`
+/// (503, 429) is refused before admission; other 5xx are taken as not served.
+fn admitted(status: http::StatusCode) -> bool {
+    !(status.is_server_error() || status == http::StatusCode::TOO_MANY_REQUESTS)
+}
+
+impl StatusService {
+    async fn send(&self, mut req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let Some((d, key)) = self
+            .dmclock
+            .as_ref()
+            .and_then(|d| access_key(&req).map(|k| (d, k)))
+        else {
+            return self.inner.execute(req).await;
+        };
+        let delta = d.ledger.take(&key, d.gateway);
+        if !delta.is_zero() {
+            // Digits and a space: always a valid header value.
+            if let Ok(v) = http::HeaderValue::from_str(&delta.to_string()) {
+                req.headers_mut().insert(DELTA_HEADER, v);
+            }
+        }
+        let head = req.method() == http::Method::HEAD;
+        let sent = req.body().content_length() as u64;
+        match self.inner.execute(req).await {
+            Ok(resp) if admitted(resp.status()) => {
+                let ok = resp.status().is_success();
+                let received = resp
+                    .headers()
+                    .get(http::header::CONTENT_LENGTH)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|_| ok && !head)
+                    .unwrap_or(0);
+                // A refused request (4xx) was charged its operation, not its body.
+                let bytes = if ok { sent.saturating_add(received) } else { 0 };
+                d.ledger
+                    .served(&key, d.gateway, Service { requests: 1, bytes });
+                Ok(resp)
+            }
+            other => {
+                d.ledger.unreport(&key, d.gateway, delta);
+                other
+            }
+        }
+    }
 }
 
 #[async_trait]
 impl HttpService for StatusService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
-        let resp = self.inner.execute(req).await?;
+        let resp = self.send(req).await?;
         let status = resp.status();
         if !(status.is_client_error() || status.is_server_error()) {
             return Ok(resp);
@@ -168,9 +245,10 @@ impl HttpService for StatusService {
 pub struct StatusClient(HttpClient);
 
 impl StatusClient {
-    pub fn new(options: &ClientOptions) -> Result<Self, UpstreamError> {
+    /// A client counting what it is served in `dmclock`'s ledger, if given.
+    pub fn new(options: &ClientOptions, dmclock: Option<Dmclock>) -> Result<Self, UpstreamError> {
         let inner = ReqwestConnector::default().connect(options)?;
-        Ok(Self(HttpClient::new(StatusService { inner })))
+        Ok(Self(HttpClient::new(StatusService { inner, dmclock })))
     }
 
     /// Sends a request: the answer if it succeeded, else what went wrong.

@@ -33,6 +33,13 @@
 //! misconfiguration.) A create of an upload whose answer was lost leaves an upload nobody
 //! completes, which the gateways' garbage collection removes.
 //!
+//! # dmClock's δ
+//!
+//! The pools [`Pool::connect`] and [`Pool::connect_as`] build share one `Ledger` among their
+//! gateways' clients: each request carries what the other gateways served its tenant since
+//! its previous request to this one (`x-sluice-dmclock-delta`), so that uncoordinated
+//! gateways charge the tenant for its whole drain, not only for their part (see `ledger`).
+//!
 //! One known limit: a gateway that is cut off rather than dead may still carry out a request
 //! the pool gave up on (after its timeout) and tried elsewhere, late; a kill -9 or a crash
 //! cannot.
@@ -46,6 +53,7 @@ use serde::Serialize;
 use sluice_meta::ObjectRecord;
 use tokio::time::Instant;
 
+use super::ledger::Ledger;
 use super::{Credentials, Head, Upstream, UpstreamBucket, UpstreamError, UpstreamStore};
 
 /// A gateway's first rest after a failure.
@@ -238,9 +246,15 @@ impl Pool<Upstream> {
         creds: &std::collections::HashMap<String, Credentials>,
         roots: &[object_store::Certificate],
     ) -> Result<Self, UpstreamError> {
+        let ledger = Arc::new(Ledger::new(endpoints.len()));
         let stores = endpoints
             .iter()
-            .map(|e| Upstream::with_roots(e, region, creds.clone(), roots).map(Arc::new))
+            .enumerate()
+            .map(|(i, e)| {
+                Upstream::with_roots(e, region, creds.clone(), roots)
+                    .and_then(|u| u.with_dmclock(Arc::clone(&ledger), i))
+                    .map(Arc::new)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self::new(stores))
     }
@@ -254,11 +268,14 @@ impl Pool<Upstream> {
         roots: &[object_store::Certificate],
         holder: &str,
     ) -> Result<Self, UpstreamError> {
+        let ledger = Arc::new(Ledger::new(endpoints.len()));
         let stores = endpoints
             .iter()
-            .map(|e| {
+            .enumerate()
+            .map(|(i, e)| {
                 Upstream::with_roots(e, region, creds.clone(), roots)
                     .and_then(|u| u.with_escrow_holder(holder))
+                    .and_then(|u| u.with_dmclock(Arc::clone(&ledger), i))
                     .map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -19,7 +19,8 @@ use object_store::{
 };
 use sluice_meta::ObjectRecord;
 
-use super::answer::{ErrorAnswer, Failure, StatusClient};
+use super::answer::{Dmclock, ErrorAnswer, Failure, StatusClient};
+use super::ledger::Ledger;
 use super::{Head, UpstreamError, UpstreamStore};
 
 /// One tenant's credentials upstream.
@@ -37,6 +38,8 @@ pub struct Upstream {
     keyed: Mutex<Keyed>,
     http: StatusClient,
     options: ClientOptions,
+    /// The pool's ledger and this gateway's place in it (see [`Upstream::with_dmclock`]).
+    dmclock: Option<Dmclock>,
 }
 
 struct Keyed {
@@ -103,8 +106,9 @@ impl Upstream {
                 creds,
                 stores: HashMap::new(),
             }),
-            http: StatusClient::new(&options)?,
+            http: StatusClient::new(&options, None)?,
             options,
+            dmclock: None,
         })
     }
 
@@ -119,7 +123,24 @@ impl Upstream {
         let mut headers = http::HeaderMap::new();
         headers.insert(sluice_s3::front::escrow::HOLDER_HEADER, value);
         self.options = self.options.with_default_headers(headers);
-        self.http = StatusClient::new(&self.options)?;
+        self.rebuild()
+    }
+
+    /// This client is gateway `gateway` of a pool whose clients share `ledger`: each request
+    /// carries dmClock's δ, what the pool's other gateways served its tenant since its
+    /// previous request here (see `ledger`).
+    pub fn with_dmclock(
+        mut self,
+        ledger: Arc<Ledger>,
+        gateway: usize,
+    ) -> Result<Self, UpstreamError> {
+        self.dmclock = Some(Dmclock { ledger, gateway });
+        self.rebuild()
+    }
+
+    /// A new HTTP client with the current options, and no store built with the old one.
+    fn rebuild(mut self) -> Result<Self, UpstreamError> {
+        self.http = StatusClient::new(&self.options, self.dmclock.clone())?;
         self.keyed
             .get_mut()
             .unwrap_or_else(PoisonError::into_inner)

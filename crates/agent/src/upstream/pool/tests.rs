@@ -268,3 +268,138 @@ async fn status_names_every_gateway_in_order() {
     assert_eq!(names, [one.clone(), one.clone()]);
     assert_eq!(pool.endpoint(), format!("{one}, {one}"));
 }
+
+/// A gateway on a loopback port that answers every request with `status` (200 unless set:
+/// an `ETag` and no body) and keeps each request's head, lowercased.
+struct Recorder {
+    endpoint: String,
+    heads: Arc<std::sync::Mutex<Vec<String>>>,
+    status: Arc<std::sync::atomic::AtomicU16>,
+}
+
+impl Recorder {
+    async fn start() -> Self {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let status = Arc::new(std::sync::atomic::AtomicU16::new(200));
+        let (seen, answer) = (Arc::clone(&heads), Arc::clone(&status));
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 16 * 1024];
+                let end = loop {
+                    let Ok(n) = sock.read(&mut chunk).await else {
+                        break None;
+                    };
+                    if n == 0 {
+                        break None;
+                    }
+                    buf.extend_from_slice(&chunk[..n]);
+                    if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                        break Some(i + 4);
+                    }
+                };
+                let Some(end) = end else { continue };
+                let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+                let length: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .and_then(|v| v.trim().parse().ok())
+                    .unwrap_or(0);
+                let mut have = buf.len() - end;
+                while have < length {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => have += n,
+                    }
+                }
+                seen.lock().expect("heads").push(head);
+                let code = answer.swap(200, std::sync::atomic::Ordering::SeqCst);
+                let resp = format!(
+                    "HTTP/1.1 {code} Fixed\r\netag: \"e\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            }
+        });
+        Self {
+            endpoint,
+            heads,
+            status,
+        }
+    }
+
+    /// The dmClock δ the last request carried, if any.
+    fn last_delta(&self) -> Option<String> {
+        let heads = self.heads.lock().expect("heads");
+        let last = heads.last().expect("a request arrived");
+        last.lines()
+            .find_map(|l| l.strip_prefix("x-sluice-dmclock-delta:"))
+            .map(|v| v.trim().to_owned())
+    }
+}
+
+/// dmClock's δ over real clients: a request to one gateway carries what the other served the
+/// tenant since its previous request here (requests and bytes), once; a request the gateway
+/// did not admit (503) serves nothing, and the δ it carried goes with the next request.
+#[tokio::test]
+async fn requests_carry_what_the_other_gateway_served_since_the_last_one_here() {
+    let gws = [Recorder::start().await, Recorder::start().await];
+    let creds = std::collections::HashMap::from([(
+        T.to_owned(),
+        crate::upstream::Credentials {
+            access_key: "AKT".into(),
+            secret_key: "secret".into(),
+        },
+    )]);
+    let endpoints = gws.each_ref().map(|g| g.endpoint.clone());
+    let pool = Pool::connect(&endpoints, "us-east-1", &creds, &[]).expect("pool");
+    let (on0, on1) = (key_on(&pool, 0), key_on(&pool, 1));
+    let put = |key: String, len: usize| {
+        let pool = &pool;
+        async move {
+            let rec = ObjectRecord::default();
+            pool.put(T, B, &key, PutPayload::from(vec![7u8; len]), &rec)
+                .await
+        }
+    };
+
+    put(on0.clone(), 1000).await.expect("put");
+    assert_eq!(gws[0].last_delta(), None, "nothing served elsewhere yet");
+    put(on0.clone(), 3000).await.expect("put");
+    assert_eq!(
+        gws[0].last_delta(),
+        None,
+        "its own service is not reported to it"
+    );
+    put(on1.clone(), 500).await.expect("put");
+    assert_eq!(gws[1].last_delta().as_deref(), Some("2 4000"));
+    put(on1.clone(), 10).await.expect("put");
+    assert_eq!(gws[1].last_delta(), None, "reported once");
+
+    gws[0]
+        .status
+        .store(503, std::sync::atomic::Ordering::SeqCst);
+    let refused = put(on0.clone(), 7).await;
+    assert!(
+        matches!(refused, Err(UpstreamError::SlowDown(_))),
+        "{refused:?}"
+    );
+    assert_eq!(gws[0].last_delta().as_deref(), Some("2 510"));
+    put(on0.clone(), 7).await.expect("put");
+    assert_eq!(
+        gws[0].last_delta().as_deref(),
+        Some("2 510"),
+        "a refused request's δ is owed again"
+    );
+    put(on1, 1).await.expect("put");
+    assert_eq!(
+        gws[1].last_delta().as_deref(),
+        Some("1 7"),
+        "the refused request served nothing"
+    );
+}
