@@ -207,20 +207,19 @@ impl Front {
     async fn run<T, F, Fut>(
         &self,
         op: &'static str,
-        requester: Requester,
+        tenant: Arc<str>,
         f: F,
     ) -> S3Result<S3Response<T>>
     where
         F: FnOnce(Arc<str>) -> Fut,
         Fut: std::future::Future<Output = ApiResult<T>>,
     {
-        let Requester { tenant, elsewhere } = requester;
         let started = std::time::Instant::now();
         let metrics = self.inner.metrics.tenant(&tenant);
         let admitted = match &self.inner.throttle {
             None => Ok(()),
             Some(t) => t
-                .admit_op_elsewhere(&tenant, elsewhere)
+                .admit_op(&tenant)
                 .await
                 .map(|waited| metrics.queue_wait_seconds.observe(waited)),
         };
@@ -278,26 +277,12 @@ impl Front {
     }
 }
 
-/// Who asks: the tenant, and what it says other gateways served it (dmClock's δ/ρ, which
-/// the throttle applies only when it honours them; see `sluice_throttle::elsewhere`).
-struct Requester {
-    tenant: Arc<str>,
-    elsewhere: Option<sluice_throttle::elsewhere::Elsewhere>,
-}
-
-/// The tenant the access check attached to this request, and the δ/ρ its headers carry (a
-/// malformed value is `InvalidArgument`).
-fn caller<T>(req: &S3Request<T>) -> ApiResult<Requester> {
-    use sluice_throttle::elsewhere::{DELTA_HEADER, Elsewhere, RHO_HEADER};
-    let tenant = req
-        .extensions
+/// The tenant the access check attached to this request.
+fn caller<T>(req: &S3Request<T>) -> ApiResult<Arc<str>> {
+    req.extensions
         .get::<Caller>()
         .map(|c| Arc::clone(&c.0))
-        .ok_or(ApiError::AccessDenied)?;
-    let value = |name| req.headers.get(name).map(http::HeaderValue::as_bytes);
-    let elsewhere = Elsewhere::from_values(value(DELTA_HEADER), value(RHO_HEADER))
-        .map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
-    Ok(Requester { tenant, elsewhere })
+        .ok_or(ApiError::AccessDenied)
 }
 
 use sluice_meta::now_ms;
