@@ -247,6 +247,12 @@ impl Gateway {
         let cluster = self.cluster(addr, metrics.as_ref().map(|m| m.1));
         let mut control = self.control;
         control.tls.clone_from(&tls);
+        // dmClock's δ/ρ from clients spread over gateways (the node agent) apply only to a
+        // gateway pacing on its own: with the coordinator a tenant's shares already sum to
+        // its reservation and limit, and δ would count the others' work twice.
+        if let Some(t) = &control.throttle {
+            t.honour_elsewhere(cluster.is_none());
+        }
         control.cluster = cluster;
         let blobs = Arc::clone(self.front.blobs());
         let service = sluice_s3::gateway_service(self.front, &control.tenants);

@@ -207,19 +207,20 @@ impl Front {
     async fn run<T, F, Fut>(
         &self,
         op: &'static str,
-        tenant: Arc<str>,
+        requester: Requester,
         f: F,
     ) -> S3Result<S3Response<T>>
     where
         F: FnOnce(Arc<str>) -> Fut,
         Fut: std::future::Future<Output = ApiResult<T>>,
     {
+        let Requester { tenant, elsewhere } = requester;
         let started = std::time::Instant::now();
         let metrics = self.inner.metrics.tenant(&tenant);
         let admitted = match &self.inner.throttle {
             None => Ok(()),
             Some(t) => t
-                .admit_op(&tenant)
+                .admit_op_elsewhere(&tenant, elsewhere)
                 .await
                 .map(|waited| metrics.queue_wait_seconds.observe(waited)),
         };
@@ -277,12 +278,26 @@ impl Front {
     }
 }
 
-/// The tenant the access check attached to this request.
-fn caller<T>(req: &S3Request<T>) -> ApiResult<Arc<str>> {
-    req.extensions
+/// Who asks: the tenant, and what it says other gateways served it (dmClock's δ/ρ, which
+/// the throttle applies only when it honours them; see `sluice_throttle::elsewhere`).
+struct Requester {
+    tenant: Arc<str>,
+    elsewhere: Option<sluice_throttle::elsewhere::Elsewhere>,
+}
+
+/// The tenant the access check attached to this request, and the δ/ρ its headers carry (a
+/// malformed value is `InvalidArgument`).
+fn caller<T>(req: &S3Request<T>) -> ApiResult<Requester> {
+    use sluice_throttle::elsewhere::{DELTA_HEADER, Elsewhere, RHO_HEADER};
+    let tenant = req
+        .extensions
         .get::<Caller>()
         .map(|c| Arc::clone(&c.0))
-        .ok_or(ApiError::AccessDenied)
+        .ok_or(ApiError::AccessDenied)?;
+    let value = |name| req.headers.get(name).map(http::HeaderValue::as_bytes);
+    let elsewhere = Elsewhere::from_values(value(DELTA_HEADER), value(RHO_HEADER))
+        .map_err(|e| ApiError::InvalidArgument(e.to_string()))?;
+    Ok(Requester { tenant, elsewhere })
 }
 
 use sluice_meta::now_ms;
