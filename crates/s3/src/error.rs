@@ -97,6 +97,13 @@ pub enum ApiError {
     /// The tier behind this store failed a read this store cannot answer itself.
     #[error("{0}")]
     Tier(#[from] TierError),
+    /// A confidential tenant's key is unavailable (see [`crate::Confidential`]): nothing is
+    /// written or served in its place.
+    #[error(
+        "this tenant's objects are encrypted on this node and its key is not available \
+         ({0}); nothing was written or read"
+    )]
+    KeyUnavailable(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -169,6 +176,12 @@ pub fn to_s3(e: ApiError) -> S3Error {
                     "the object's stored data failed its integrity check",
                 )
             }
+            object_store::Error::Generic { source, .. }
+                if source.is::<crate::confidential::Undecryptable>() =>
+            {
+                sluice_serve::request::fault(format_args!("{source}"));
+                with(C::InternalError, source.to_string())
+            }
             other if out_of_space(&other) => {
                 sluice_serve::request::fault(format_args!("the storage is out of space: {other}"));
                 let mut err = with(
@@ -233,6 +246,11 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 C::ServiceUnavailable
             };
             let mut err = with(code, msg);
+            err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+            err
+        }
+        ApiError::KeyUnavailable(_) => {
+            let mut err = with(C::ServiceUnavailable, msg);
             err.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
             err
         }

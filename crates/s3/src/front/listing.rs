@@ -133,10 +133,27 @@ fn split(page: ListPage) -> Split {
 }
 
 impl Front {
+    /// One page of the bucket (see [`Front::merged_page`]), as a confidential tenant sees it
+    /// if it is one.
+    async fn page(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        prefix: Option<&str>,
+        delimiter: Option<&str>,
+        after: Option<String>,
+        max: usize,
+    ) -> ApiResult<ListPage> {
+        let page = self
+            .merged_page(tenant, bucket, prefix, delimiter, after, max)
+            .await?;
+        self.sealed_page(tenant, bucket, page).await
+    }
+
     /// One page of the bucket: the catalog's, or with a tier its merge with the tier's
     /// objects. A bucket either side has is listed; when the tier fails, a bucket this store
     /// has is listed as it is here.
-    async fn page(
+    async fn merged_page(
         &self,
         tenant: &str,
         bucket: &str,

@@ -47,6 +47,7 @@ impl Front {
         tenant: &str,
         input: dto::CreateMultipartUploadInput,
     ) -> ApiResult<dto::CreateMultipartUploadOutput> {
+        self.refuse_if_confidential(tenant, "a multipart upload by a confidential tenant")?;
         let repr = representation!(input)?;
         self.require_bucket(tenant, &input.bucket).await?;
         let id: u128 = rand::random();
@@ -128,6 +129,7 @@ impl Front {
         escrow: Option<&str>,
     ) -> ApiResult<dto::UploadPartOutput> {
         let number = part_number(input.part_number)?;
+        self.refuse_if_confidential(tenant, "a multipart upload by a confidential tenant")?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;
         let received = self
@@ -140,6 +142,7 @@ impl Front {
                 &expected,
                 None,
                 escrow,
+                None,
             )
             .await?;
         let etag_hex = received.written.etag();
@@ -178,6 +181,7 @@ impl Front {
         input: dto::UploadPartCopyInput,
     ) -> ApiResult<dto::UploadPartCopyOutput> {
         let number = part_number(input.part_number)?;
+        self.refuse_if_confidential(tenant, "UploadPartCopy by a confidential tenant")?;
         let src = self.copy_source(tenant, &input.copy_source).await?;
         self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;

@@ -13,10 +13,12 @@ use s3s::dto::{self, StreamingBlob};
 use s3s::stream::ByteStream;
 use sluice_meta::{ObjectRecord, Precondition, Segment};
 
+use super::confidential::Sealing;
 use super::{Front, INLINE_MAX, etag, now_ms, timestamp};
 use crate::blob::integrity::{self, ReadLabel};
 use crate::blob::{self, BodyLimits, ReadStream, Written};
 use crate::checksum::{self, Algorithm, Digest, Expected, Hashing};
+use crate::confidential::stream::Encrypting;
 use crate::error::{ApiError, ApiResult};
 use crate::name;
 use sluice_serve::sendfile::SendfileLane;
@@ -154,15 +156,15 @@ fn declared_length(body: &StreamingBlob, content_length: Option<i64>) -> Option<
         .or_else(|| content_length.and_then(|n| u64::try_from(n).ok()))
 }
 
-/// Checks a Content-MD5 header against what was stored.
-fn check_md5(content_md5: Option<&str>, written: &Written) -> ApiResult<()> {
+/// Checks a Content-MD5 header against the MD5 of the body received.
+fn check_md5(content_md5: Option<&str>, md5: &[u8; 16]) -> ApiResult<()> {
     let Some(b64) = content_md5 else {
         return Ok(());
     };
     let expected = base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .map_err(|_| ApiError::InvalidDigest)?;
-    if expected.as_slice() == written.md5 {
+    if expected.as_slice() == md5 {
         Ok(())
     } else {
         Err(ApiError::BadDigest)
@@ -247,7 +249,10 @@ impl Front {
     /// Stores a client's request body (PutObject, UploadPart) in a new blob, or in memory if
     /// it is at most `inline` bytes: the declared length reserved first, the size limit
     /// enforced, Content-MD5 and the `x-amz-checksum-*` the client declared checked (the
-    /// verified checksum is returned, for the response).
+    /// verified checksum is returned, for the response). With `seal`, the body is encrypted
+    /// before the store sees it: what is stored, reserved, limited and kept inline is the
+    /// ciphertext, and the client's digests are checked against the plaintext.
+    #[allow(clippy::too_many_arguments)]
     pub(super) async fn receive(
         &self,
         tenant: &str,
@@ -258,25 +263,49 @@ impl Front {
         checksum: &Expected,
         inline: Option<u64>,
         escrow: Option<&str>,
+        seal: Option<&Sealing>,
     ) -> ApiResult<Received> {
         let body = body.unwrap_or_else(|| {
             StreamingBlob::wrap(futures::stream::empty::<Result<bytes::Bytes, std::io::Error>>())
         });
         let declared = declared_length(&body, content_length);
         let mut body = Hashing::new(body, checksum.algorithm());
-        let (stored, written, reservation) = self
-            .store_body(
-                tenant,
-                bucket,
-                &mut body,
-                declared,
-                self.config().max_object_size,
-                inline,
-                escrow,
-            )
-            .await?;
-        let verified =
-            check_md5(content_md5, &written).and_then(|()| checksum.verify(body.finish()));
+        let max = self.config().max_object_size;
+        let (stored, written, reservation, md5) = match seal {
+            None => {
+                let (stored, written, reservation) = self
+                    .store_body(tenant, bucket, &mut body, declared, max, inline, escrow)
+                    .await?;
+                let md5 = written.md5;
+                (stored, written, reservation, md5)
+            }
+            Some(seal) => {
+                let stored_len = |plain: u64| {
+                    sluice_crypt::Layout::new(seal.entry.segment_size, plain)
+                        .map(|l| l.ciphertext_len())
+                        .map_err(|e| ApiError::Internal(format!("encrypting a body: {e}")))
+                };
+                let identity = seal
+                    .entry
+                    .identity(tenant, &seal.bucket, &seal.object, seal.part);
+                let mut sealed = Encrypting::new(&mut body, &seal.key, &seal.entry, &identity)?;
+                let declared = declared.map(stored_len).transpose()?;
+                let (stored, written, reservation) = self
+                    .store_body(
+                        tenant,
+                        bucket,
+                        &mut sealed,
+                        declared,
+                        stored_len(max)?,
+                        inline,
+                        escrow,
+                    )
+                    .await?;
+                let md5 = sealed.plaintext_md5();
+                (stored, written, reservation, md5)
+            }
+        };
+        let verified = check_md5(content_md5, &md5).and_then(|()| checksum.verify(body.finish()));
         let mut written = written;
         if let (Ok(Some(d)), Some(sums)) = (&verified, written.checksums.as_mut()) {
             sums.client = Some(d.stored());
@@ -361,7 +390,8 @@ impl Front {
         escrow: Option<&str>,
     ) -> ApiResult<dto::PutObjectOutput> {
         let cond = write_precondition(input.if_match.take(), input.if_none_match.take())?;
-        let repr = representation!(input)?;
+        let mut repr = representation!(input)?;
+        let seal = self.sealing(tenant, &input.bucket, &input.key, &mut repr.metadata)?;
         self.require_bucket(tenant, &input.bucket).await?;
         let received = self
             .receive(
@@ -373,6 +403,7 @@ impl Front {
                 &expected,
                 Some(INLINE_MAX),
                 escrow,
+                seal.as_ref(),
             )
             .await?;
         let (rec, inline) = new_object(received.stored, &received.written, repr);
@@ -388,11 +419,13 @@ impl Front {
             )
             .await?;
         // The client's verified checksum, or (as S3 does since 2024 when a client sends none)
-        // the body's CRC-64/NVME, combined from the chunk checksums taken on the way in.
-        let digest = received
-            .checksum
-            .clone()
-            .or_else(|| checksum::crc64nvme_of(&received.written));
+        // the body's CRC-64/NVME, combined from the chunk checksums taken on the way in (not
+        // for an encrypted body: those are of its ciphertext).
+        let digest = received.checksum.clone().or_else(|| {
+            seal.is_none()
+                .then(|| checksum::crc64nvme_of(&received.written))
+                .flatten()
+        });
         let digest = digest.as_ref();
         Ok(dto::PutObjectOutput {
             e_tag: Some(etag(&rec.etag)),
@@ -507,35 +540,43 @@ impl Front {
             if_unmodified_since: input.if_unmodified_since.take(),
         };
         let mut stored = None;
-        let (rec, range, body) = match self
-            .object_with_body(tenant, &input.bucket, &input.key)
-            .await
-        {
-            Ok(src) => {
-                conditions.check(&src.rec)?;
-                let range = match &input.range {
-                    None => 0..src.rec.size,
-                    Some(r) => r.check(src.rec.size).map_err(|_| ApiError::InvalidRange)?,
-                };
-                // The whole object's checksum, for a whole object's read (as S3: none for a
-                // range).
-                if checksum_mode(input.checksum_mode.as_ref()) && input.range.is_none() {
-                    stored = checksum::of_object(&src.rec, src.inline.as_deref());
+        let sealed = match self.tenant_key(tenant)? {
+            Some(key) => Some(self.get_sealed(tenant, key, &input, &conditions).await?),
+            None => None,
+        };
+        let (rec, range, body) = if let Some(sealed) = sealed {
+            sealed
+        } else {
+            match self
+                .object_with_body(tenant, &input.bucket, &input.key)
+                .await
+            {
+                Ok(src) => {
+                    conditions.check(&src.rec)?;
+                    let range = match &input.range {
+                        None => 0..src.rec.size,
+                        Some(r) => r.check(src.rec.size).map_err(|_| ApiError::InvalidRange)?,
+                    };
+                    // The whole object's checksum, for a whole object's read (as S3: none for a
+                    // range).
+                    if checksum_mode(input.checksum_mode.as_ref()) && input.range.is_none() {
+                        stored = checksum::of_object(&src.rec, src.inline.as_deref());
+                    }
+                    let body = self.read_object(tenant, &src, range.clone(), lane);
+                    let body = self.checked_body(tenant, &src.rec, &range, body).await?;
+                    (src.rec, range, body)
                 }
-                let body = self.read_object(tenant, &src, range.clone(), lane);
-                let body = self.checked_body(tenant, &src.rec, &range, body).await?;
-                (src.rec, range, body)
+                Err(e) => match self.tier_after(&e) {
+                    Some(tier) => {
+                        let read = tier
+                            .get(tenant, &input.bucket, &input.key, input.range)
+                            .await?;
+                        conditions.check(&read.record)?;
+                        (read.record, read.range, read.body)
+                    }
+                    None => return Err(e),
+                },
             }
-            Err(e) => match self.tier_after(&e) {
-                Some(tier) => {
-                    let read = tier
-                        .get(tenant, &input.bucket, &input.key, input.range)
-                        .await?;
-                    conditions.check(&read.record)?;
-                    (read.record, read.range, read.body)
-                }
-                None => return Err(e),
-            },
         };
         let rec = &rec;
         Ok(dto::GetObjectOutput {
@@ -594,13 +635,19 @@ impl Front {
         } else {
             self.object(tenant, &input.bucket, &input.key).await
         };
-        let rec = match here {
+        let key = self.tenant_key(tenant)?;
+        let mut rec = match here {
             Ok(rec) => rec,
             Err(e) => match self.tier_after(&e) {
                 Some(tier) => tier.head(tenant, &input.bucket, &input.key).await?,
                 None => return Err(e),
             },
         };
+        if let Some(key) = key {
+            // The stored body's checksums are of its ciphertext: none is shown.
+            stored = None;
+            rec = Self::head_sealed(key, tenant, &input.bucket, &input.key, &rec)?;
+        }
         ReadConditions {
             if_match: input.if_match,
             if_none_match: input.if_none_match,

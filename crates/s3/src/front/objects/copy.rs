@@ -125,6 +125,10 @@ impl Front {
         cond: ApiResult<Precondition>,
     ) -> ApiResult<dto::CopyObjectOutput> {
         let cond = cond?;
+        self.refuse_if_confidential(
+            tenant,
+            "CopyObject by a confidential tenant (read the object and write it again)",
+        )?;
         let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
         let src = match self.object_with_body(tenant, src_bucket, src_key).await {
             Ok(src) => Copied::Here(src),

@@ -1,0 +1,325 @@
+//! The streams of a confidential body: [`Encrypting`] turns a request body into the stored
+//! ciphertext as it arrives (one segment of plaintext held at a time), and [`decrypt`] turns
+//! the stored pieces a plaintext range touches back into exactly that plaintext, fetching
+//! only the headers and segments it needs and passing on no byte before the segment holding
+//! it authenticated. A failure is an [`Undecryptable`] error in place of the rest of the body
+//! (the front primes the stream, so one in the first segment fails before the status line);
+//! a body that ends early is one too, never a clean end.
+
+use std::collections::VecDeque;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::{Stream, StreamExt as _};
+use md5::{Digest as _, Md5};
+use sluice_crypt::{Decryptor, Encryptor, HEADER_LEN, TAG_LEN, TenantKey};
+
+use super::{Entry, EntryError, Undecryptable};
+use crate::blob::ReadStream;
+use crate::error::{ApiError, ApiResult};
+
+/// A request body encrypted on its way through: the header first, then each segment once it
+/// is complete, the last at the end. Counts and hashes the plaintext it takes (the client's
+/// Content-MD5 is of the plaintext).
+pub struct Encrypting<S> {
+    inner: S,
+    encryptor: Option<Encryptor>,
+    header: Option<Bytes>,
+    md5: Md5,
+}
+
+impl<S> Encrypting<S> {
+    pub fn new(
+        inner: S,
+        key: &TenantKey,
+        entry: &Entry,
+        identity: &sluice_crypt::Identity<'_>,
+    ) -> ApiResult<Self> {
+        let (encryptor, header) = Encryptor::new(key, identity, entry.segment_size)
+            .map_err(|e| ApiError::Internal(format!("encrypting a body: {e}")))?;
+        Ok(Self {
+            inner,
+            encryptor: Some(encryptor),
+            header: Some(Bytes::copy_from_slice(&header)),
+            md5: Md5::new(),
+        })
+    }
+
+    /// The MD5 of the plaintext taken so far.
+    pub fn plaintext_md5(&self) -> [u8; 16] {
+        self.md5.clone().finalize().into()
+    }
+}
+
+impl<S, E> Stream for Encrypting<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+{
+    type Item = Result<Bytes, E>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if let Some(h) = this.header.take() {
+            return Poll::Ready(Some(Ok(h)));
+        }
+        loop {
+            let Some(enc) = this.encryptor.as_mut() else {
+                return Poll::Ready(None);
+            };
+            match Pin::new(&mut this.inner).poll_next(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Ok(chunk))) => {
+                    this.md5.update(&chunk);
+                    let mut out = Vec::new();
+                    enc.update(&chunk, &mut out);
+                    if !out.is_empty() {
+                        return Poll::Ready(Some(Ok(Bytes::from(out))));
+                    }
+                }
+                Poll::Ready(None) => {
+                    let mut out = Vec::new();
+                    if let Some(enc) = this.encryptor.take() {
+                        enc.finish(&mut out);
+                    }
+                    return Poll::Ready(Some(Ok(Bytes::from(out))));
+                }
+            }
+        }
+    }
+}
+
+/// Reads bytes `range` of the stored body.
+pub type Fetch = Arc<dyn Fn(Range<u64>) -> BoxFuture<'static, ApiResult<ReadStream>> + Send + Sync>;
+
+/// Which object a body is, for opening it and for naming it in errors.
+#[derive(Clone)]
+pub struct Opening {
+    pub key: Arc<TenantKey>,
+    pub entry: Entry,
+    pub tenant: String,
+    pub bucket: String,
+    pub object: String,
+}
+
+impl Opening {
+    fn fail(&self, reason: impl std::fmt::Display) -> object_store::Error {
+        Undecryptable {
+            bucket: self.bucket.clone(),
+            key: self.object.clone(),
+            reason: reason.to_string(),
+        }
+        .into_store_error()
+    }
+
+    /// The same, as the front's error (for failures before any stream exists).
+    pub fn refuse(&self, e: &EntryError) -> ApiError {
+        ApiError::Backend(self.fail(e))
+    }
+}
+
+/// One piece's share of a read: where its header and the segments wanted are stored, and
+/// which plaintext bytes of those segments are wanted.
+#[derive(Debug, Clone)]
+struct PieceRead {
+    part: u32,
+    layout: sluice_crypt::Layout,
+    header: Range<u64>,
+    segments: Range<u64>,
+    first: u64,
+    last: u64,
+    skip: u64,
+    len: u64,
+}
+
+/// The pieces plaintext bytes `range` of a stored body of `stored` bytes touch; an empty
+/// range (only a whole read of an empty object asks for one) still authenticates the body.
+fn plan(entry: &Entry, stored: u64, range: &Range<u64>) -> Result<Vec<PieceRead>, EntryError> {
+    let mut out = Vec::new();
+    for p in entry.pieces(stored)? {
+        let plain = p.plain_offset..p.plain_offset + p.layout.plaintext_len();
+        let header = p.offset..p.offset + HEADER_LEN as u64;
+        if range.is_empty() {
+            if range.start == plain.start && plain.is_empty() {
+                out.push(PieceRead {
+                    part: p.part,
+                    layout: p.layout,
+                    header: header.clone(),
+                    segments: header.end..p.offset + p.layout.ciphertext_len(),
+                    first: 0,
+                    last: 0,
+                    skip: 0,
+                    len: 0,
+                });
+            }
+            continue;
+        }
+        let (lo, hi) = (range.start.max(plain.start), range.end.min(plain.end));
+        if lo >= hi {
+            continue;
+        }
+        let span = p
+            .layout
+            .span(lo - plain.start..hi - plain.start)
+            .map_err(EntryError::Length)?;
+        out.push(PieceRead {
+            part: p.part,
+            layout: p.layout,
+            header,
+            segments: p.offset + span.ciphertext.start..p.offset + span.ciphertext.end,
+            first: span.first,
+            last: span.last,
+            skip: span.skip,
+            len: hi - lo,
+        });
+    }
+    Ok(out)
+}
+
+struct Current {
+    decryptor: Decryptor,
+    body: ReadStream,
+    buf: Vec<u8>,
+    index: u64,
+    last: u64,
+    skip: u64,
+    remaining: u64,
+}
+
+struct State {
+    opening: Opening,
+    fetch: Fetch,
+    pieces: VecDeque<PieceRead>,
+    current: Option<Current>,
+    failed: bool,
+}
+
+fn store_error(e: ApiError) -> object_store::Error {
+    match e {
+        ApiError::Backend(e) => e,
+        other => object_store::Error::Generic {
+            store: "sluice",
+            source: other.to_string().into(),
+        },
+    }
+}
+
+impl State {
+    async fn open(&self, p: PieceRead) -> Result<Current, object_store::Error> {
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        let mut body = (self.fetch)(p.header.clone()).await.map_err(store_error)?;
+        while let Some(chunk) = body.next().await {
+            header.extend_from_slice(&chunk?);
+        }
+        let identity = self.opening.entry.identity(
+            &self.opening.tenant,
+            &self.opening.bucket,
+            &self.opening.object,
+            p.part,
+        );
+        let decryptor = Decryptor::open(
+            &self.opening.key,
+            &identity,
+            &header,
+            p.layout.ciphertext_len(),
+        )
+        .map_err(|e| self.opening.fail(e))?;
+        let body = (self.fetch)(p.segments.clone())
+            .await
+            .map_err(store_error)?;
+        Ok(Current {
+            decryptor,
+            body,
+            buf: Vec::new(),
+            index: p.first,
+            last: p.last,
+            skip: p.skip,
+            remaining: p.len,
+        })
+    }
+
+    /// The next plaintext bytes, `None` at the end.
+    async fn next(&mut self) -> Option<Result<Bytes, object_store::Error>> {
+        loop {
+            let Some(cur) = self.current.as_mut() else {
+                let p = self.pieces.pop_front()?;
+                match self.open(p).await {
+                    Ok(c) => self.current = Some(c),
+                    Err(e) => return Some(Err(e)),
+                }
+                continue;
+            };
+            if cur.index > cur.last {
+                if !cur.buf.is_empty() {
+                    return Some(Err(self.opening.fail("the stored body ran long")));
+                }
+                self.current = None;
+                continue;
+            }
+            let need = cur.decryptor.layout().segment_plaintext_len(cur.index) as usize + TAG_LEN;
+            if cur.buf.len() >= need {
+                let mut out = Vec::with_capacity(need);
+                if let Err(e) =
+                    cur.decryptor
+                        .decrypt_segments(cur.index, &cur.buf[..need], &mut out)
+                {
+                    return Some(Err(self.opening.fail(e)));
+                }
+                cur.buf.drain(..need);
+                cur.index += 1;
+                let skip = (cur.skip as usize).min(out.len());
+                cur.skip -= skip as u64;
+                let take =
+                    (out.len() - skip).min(usize::try_from(cur.remaining).unwrap_or(usize::MAX));
+                cur.remaining -= take as u64;
+                if take > 0 {
+                    return Some(Ok(Bytes::from(out).slice(skip..skip + take)));
+                }
+                continue;
+            }
+            match cur.body.next().await {
+                Some(Ok(chunk)) => cur.buf.extend_from_slice(&chunk),
+                Some(Err(e)) => return Some(Err(e)),
+                None => {
+                    return Some(Err(self
+                        .opening
+                        .fail(sluice_crypt::Error::Segment { index: cur.index })));
+                }
+            }
+        }
+    }
+}
+
+/// Plaintext bytes `range` of the stored body of `stored` bytes that `fetch` reads, as a
+/// stream (see the module doc). The entry is checked against `stored` here.
+pub fn decrypt(
+    opening: Opening,
+    stored: u64,
+    range: &Range<u64>,
+    fetch: Fetch,
+) -> ApiResult<ReadStream> {
+    let pieces = plan(&opening.entry, stored, range).map_err(|e| opening.refuse(&e))?;
+    let state = State {
+        opening,
+        fetch,
+        pieces: pieces.into(),
+        current: None,
+        failed: false,
+    };
+    Ok(ReadStream::new(
+        futures::stream::unfold(state, |mut st| async move {
+            if st.failed {
+                return None;
+            }
+            let item = st.next().await?;
+            st.failed = item.is_err();
+            Some((item, st))
+        })
+        .fuse()
+        .boxed(),
+    ))
+}

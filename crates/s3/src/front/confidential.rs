@@ -1,0 +1,242 @@
+//! The front's side of confidential bodies (see [`crate::confidential`]): for a tenant the
+//! [`Confidential`](crate::Confidential) gives a key, every body is encrypted before the
+//! blob writer (or the catalog, for an inline body) sees it, and every read, local or from
+//! the tier, decrypts and authenticates what it returns; HEAD, GET and listings report the
+//! plaintext length. A tenant whose key is unavailable is refused before anything is read or
+//! written. CopyObject and UploadPartCopy of such a tenant are refused (not yet built).
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use s3s::dto;
+use sluice_meta::{Entry as ListEntry, ListPage, ObjectRecord};
+
+use super::Front;
+use super::objects::ReadConditions;
+use crate::blob::ReadStream;
+use crate::confidential::stream::{self, Fetch, Opening};
+use crate::confidential::{ENTRY, Entry, TenantKey};
+use crate::error::{ApiError, ApiResult, TierError};
+
+/// How one body is encrypted: the tenant's key and the object's entry.
+pub(super) struct Sealing {
+    pub key: Arc<TenantKey>,
+    pub entry: Entry,
+    pub bucket: String,
+    pub object: String,
+    pub part: u32,
+}
+
+impl Front {
+    /// The tenant's key, `None` for a tenant whose bodies go in clear, or the refusal of a
+    /// tenant whose key is unavailable.
+    pub(super) fn tenant_key(&self, tenant: &str) -> ApiResult<Option<Arc<TenantKey>>> {
+        match &self.inner.confidential {
+            None => Ok(None),
+            Some(c) => c.tenant_key(tenant).map_err(ApiError::KeyUnavailable),
+        }
+    }
+
+    /// Refuses a request a confidential tenant may not make yet.
+    pub(super) fn refuse_if_confidential(&self, tenant: &str, what: &'static str) -> ApiResult<()> {
+        match self.tenant_key(tenant)? {
+            Some(_) => Err(ApiError::NotImplemented(what)),
+            None => Ok(()),
+        }
+    }
+
+    /// For a confidential tenant, a fresh entry added to `metadata` (a client may not set
+    /// it, and it counts against the metadata limit, since the gateway will hold it to it).
+    pub(super) fn sealing(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        object: &str,
+        metadata: &mut BTreeMap<String, String>,
+    ) -> ApiResult<Option<Sealing>> {
+        let Some(key) = self.tenant_key(tenant)? else {
+            return Ok(None);
+        };
+        if metadata.contains_key(ENTRY) {
+            return Err(ApiError::InvalidArgument(format!(
+                "x-amz-meta-{ENTRY} is reserved on this node: it describes the encryption"
+            )));
+        }
+        let entry = Entry::fresh(self.inner.segment_size);
+        metadata.insert(ENTRY.to_owned(), entry.encode());
+        let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > super::METADATA_MAX {
+            return Err(ApiError::MetadataTooLarge(size));
+        }
+        Ok(Some(Sealing {
+            key,
+            entry,
+            bucket: bucket.to_owned(),
+            object: object.to_owned(),
+            part: 0,
+        }))
+    }
+
+    fn opening(
+        key: Arc<TenantKey>,
+        tenant: &str,
+        bucket: &str,
+        object: &str,
+        rec: &ObjectRecord,
+    ) -> ApiResult<(Opening, u64)> {
+        let mut opening = Opening {
+            key,
+            entry: Entry {
+                segment_size: 0,
+                generation: 0,
+                parts: None,
+            },
+            tenant: tenant.to_owned(),
+            bucket: bucket.to_owned(),
+            object: object.to_owned(),
+        };
+        opening.entry = Entry::of(&rec.metadata).map_err(|e| opening.refuse(&e))?;
+        let plain = opening
+            .entry
+            .plaintext_len(rec.size)
+            .map_err(|e| opening.refuse(&e))?;
+        Ok((opening, plain))
+    }
+
+    /// GetObject of a confidential tenant's object, here or on the tier: the record as the
+    /// client sees it, the plaintext range served and its (primed) stream.
+    pub(super) async fn get_sealed(
+        &self,
+        tenant: &str,
+        key: Arc<TenantKey>,
+        input: &dto::GetObjectInput,
+        conditions: &ReadConditions,
+    ) -> ApiResult<(ObjectRecord, Range<u64>, ReadStream)> {
+        let (bucket, object) = (input.bucket.as_str(), input.key.as_str());
+        let (rec, fetch): (ObjectRecord, Fetch) =
+            match self.object_with_body(tenant, bucket, object).await {
+                Ok(src) => {
+                    conditions.check(&src.rec)?;
+                    let rec = src.rec.clone();
+                    let (me, t, src) = (self.clone(), tenant.to_owned(), Arc::new(src));
+                    let fetch: Fetch = Arc::new(move |r| {
+                        let body = me.read_object(&t, &src, r, None);
+                        Box::pin(async move { Ok(body) })
+                    });
+                    (rec, fetch)
+                }
+                Err(e) => {
+                    let Some(tier) = self.tier_after(&e) else {
+                        return Err(e);
+                    };
+                    let rec = tier.head(tenant, bucket, object).await?;
+                    conditions.check(&rec)?;
+                    let tier = Arc::clone(tier);
+                    let (t, b, k) = (tenant.to_owned(), bucket.to_owned(), object.to_owned());
+                    let etag = rec.etag.clone();
+                    let fetch: Fetch = Arc::new(move |r: Range<u64>| {
+                        let (tier, t, b, k, etag) = (
+                            Arc::clone(&tier),
+                            t.clone(),
+                            b.clone(),
+                            k.clone(),
+                            etag.clone(),
+                        );
+                        Box::pin(async move {
+                            let want = dto::Range::Int {
+                                first: r.start,
+                                last: Some(r.end.saturating_sub(1)),
+                            };
+                            let read = tier.get(&t, &b, &k, Some(want)).await?;
+                            if read.record.etag != etag || read.range != r {
+                                return Err(TierError::Unavailable(format!(
+                                    "{b}/{k} changed on the shared tier during the read; retry"
+                                ))
+                                .into());
+                            }
+                            Ok(read.body)
+                        })
+                    });
+                    (rec, fetch)
+                }
+            };
+        let (opening, plain) = Self::opening(key, tenant, bucket, object, &rec)?;
+        let range = match &input.range {
+            None => 0..plain,
+            Some(r) => r.check(plain).map_err(|_| ApiError::InvalidRange)?,
+        };
+        let body = stream::decrypt(opening, rec.size, &range, fetch)?
+            .primed()
+            .await?;
+        Ok((shown(&rec, plain), range, body))
+    }
+
+    /// A confidential tenant's object as HEAD shows it: its plaintext length, without the
+    /// entry (refused if the entry does not fit the stored body).
+    pub(super) fn head_sealed(
+        key: Arc<TenantKey>,
+        tenant: &str,
+        bucket: &str,
+        object: &str,
+        rec: &ObjectRecord,
+    ) -> ApiResult<ObjectRecord> {
+        let (_, plain) = Self::opening(key, tenant, bucket, object, rec)?;
+        Ok(shown(rec, plain))
+    }
+
+    /// A listing page as a confidential tenant sees it: each object at its plaintext length
+    /// and without the entry. An object only the tier has is listed without its metadata, so
+    /// its entry is read with a HEAD (a few at a time); one whose entry is missing or does
+    /// not fit is listed at its stored length (its bytes are never served).
+    pub(super) async fn sealed_page(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        page: ListPage,
+    ) -> ApiResult<ListPage> {
+        use futures::StreamExt as _;
+        if self.tenant_key(tenant)?.is_none() {
+            return Ok(page);
+        }
+        let tier = self.inner.tier.clone();
+        let entries: Vec<ListEntry> = futures::stream::iter(page.entries)
+            .map(|e| {
+                let tier = tier.clone();
+                async move {
+                    let ListEntry::Object(name, mut rec) = e else {
+                        return Ok(e);
+                    };
+                    if !rec.metadata.contains_key(ENTRY)
+                        && let Some(tier) = &tier
+                    {
+                        rec = tier.head(tenant, bucket, &name).await?;
+                    }
+                    let plain = Entry::of(&rec.metadata)
+                        .and_then(|en| en.plaintext_len(rec.size))
+                        .unwrap_or(rec.size);
+                    Ok::<_, ApiError>(ListEntry::Object(name, shown(&rec, plain)))
+                }
+            })
+            .buffered(16)
+            .collect::<Vec<_>>()
+            .await
+            .into_iter()
+            .collect::<ApiResult<_>>()?;
+        Ok(ListPage {
+            entries,
+            truncated: page.truncated,
+        })
+    }
+}
+
+/// `rec` as a client sees it: `plain` bytes long, without the entry.
+fn shown(rec: &ObjectRecord, plain: u64) -> ObjectRecord {
+    let mut rec = rec.clone();
+    rec.size = plain;
+    rec.metadata.remove(ENTRY);
+    rec
+}
+
+#[cfg(test)]
+mod tests;
