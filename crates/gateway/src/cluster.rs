@@ -382,14 +382,20 @@ impl Cluster {
         control: std::net::SocketAddr,
     ) -> Result<Arc<Self>, crate::GatewayError> {
         let capacity = throttle.config().bandwidth;
-        let grain = crate::gateway_section(config)
-            .ok()
+        let g = crate::gateway_section(config).ok();
+        let grain = g
             .and_then(|g| g.throttle)
             .map_or(DEFAULT_GRAIN, |c| c.grain);
+        let names = Names::of(
+            s3,
+            control,
+            g.and_then(|g| g.advertise.as_deref()),
+            g.is_some_and(|g| g.tls.is_some()),
+        );
         Ok(Arc::new(Self {
-            id: format!("{s3}"),
-            s3: format!("http://{s3}"),
-            control: format!("http://{control}"),
+            id: names.id,
+            s3: names.s3,
+            control: names.control,
             key: key(config)?,
             capacity,
             grain,
@@ -460,6 +466,48 @@ impl Cluster {
             u8::from(s.fallback),
             u8::from(coordinating),
         )
+    }
+}
+
+/// How a gateway names itself to the others: its id, its S3 URL and its control URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Names {
+    pub id: String,
+    pub s3: String,
+    pub control: String,
+}
+
+impl Names {
+    /// For S3 bound at `s3` (over TLS if `tls`) and the control listener at `control`. With
+    /// `[gateway] advertise` (a validated `http(s)://host:port`) the others reach the control
+    /// listener there: the id is that `host:port`, unique among gateways the others can reach,
+    /// and the S3 URL the same host at the S3 listener's port. Without, the bound addresses
+    /// (which an unspecified bind address makes unreachable; the configuration refuses that
+    /// with coordination on).
+    pub(crate) fn of(
+        s3: std::net::SocketAddr,
+        control: std::net::SocketAddr,
+        advertise: Option<&str>,
+        tls: bool,
+    ) -> Self {
+        let scheme = if tls { "https" } else { "http" };
+        let advertised = advertise.and_then(|url| {
+            let (_, at) = url.split_once("://")?;
+            let (host, _) = at.rsplit_once(':')?;
+            Some((url, at, host))
+        });
+        match advertised {
+            Some((url, at, host)) => Self {
+                id: at.to_owned(),
+                s3: format!("{scheme}://{host}:{}", s3.port()),
+                control: url.to_owned(),
+            },
+            None => Self {
+                id: format!("{s3}"),
+                s3: format!("{scheme}://{s3}"),
+                control: format!("http://{control}"),
+            },
+        }
     }
 }
 

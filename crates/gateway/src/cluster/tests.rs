@@ -221,3 +221,74 @@ async fn requests_waiting_for_their_first_admission_count_as_demand() {
         w.abort();
     }
 }
+
+/// A gateway bound to `0.0.0.0` advertised `0.0.0.0:PORT` to the others (and took it as its
+/// id, the same on every host): with `[gateway] advertise` it names the address given, its id
+/// is that `host:port`, and its S3 URL that host at its own S3 port.
+#[tokio::test]
+async fn a_gateway_names_itself_by_its_advertised_address() {
+    use sluice_throttle::{Policy, ThrottleConfig};
+    let text = |advertise: &str| {
+        format!(
+            "[gateway]\nlisten = \"0.0.0.0:9000\"\nmetrics_listen = \"0.0.0.0:9100\"\n{advertise}\n\
+             [gateway.capacity]\nbandwidth = \"48MiB/s\"\n\
+             [catalog]\nurl = \"postgres://u:p@db:5432/sluice\"\n"
+        )
+    };
+    let throttle = Throttle::start(
+        ThrottleConfig {
+            policy: Policy::DmClock,
+            bandwidth: 48.0 * MIB,
+            ops: 8000.0,
+            queue_depth: 64,
+            lookahead: sluice_throttle::DEFAULT_LOOKAHEAD,
+        },
+        Vec::new(),
+    )
+    .expect("start");
+    let s3: std::net::SocketAddr = "0.0.0.0:9000".parse().expect("addr");
+    let control: std::net::SocketAddr = "0.0.0.0:9100".parse().expect("addr");
+    let path = std::path::Path::new("/etc/sluice/sluice.toml");
+    let config =
+        sluice_config::Config::parse(&text("advertise = \"10.0.0.7:9100\""), path).expect("valid");
+    let c = Cluster::new(&config, Arc::clone(&throttle), s3, control).expect("cluster");
+    assert_eq!(
+        (c.id.as_str(), c.s3.as_str(), c.control.as_str()),
+        (
+            "10.0.0.7:9100",
+            "http://10.0.0.7:9000",
+            "http://10.0.0.7:9100"
+        )
+    );
+    let config =
+        sluice_config::Config::parse(&text("advertise = \"https://gw-2.internal:443\""), path)
+            .expect("valid");
+    let c = Cluster::new(&config, throttle, s3, control).expect("cluster");
+    assert_eq!(
+        (c.id.as_str(), c.s3.as_str(), c.control.as_str()),
+        (
+            "gw-2.internal:443",
+            "http://gw-2.internal:9000",
+            "https://gw-2.internal:443"
+        )
+    );
+    // Without it, such a gateway does not start: it would advertise 0.0.0.0.
+    let err = sluice_config::Config::parse(&text(""), path)
+        .expect_err("an unspecified bind needs advertise")
+        .to_string();
+    assert!(err.contains("gateway.advertise"), "{err}");
+}
+
+#[test]
+fn without_advertise_the_bound_addresses_name_the_gateway() {
+    let s3 = "10.0.0.1:9000".parse().expect("addr");
+    let control = "10.0.0.1:9100".parse().expect("addr");
+    assert_eq!(
+        Names::of(s3, control, None, true),
+        Names {
+            id: "10.0.0.1:9000".into(),
+            s3: "https://10.0.0.1:9000".into(),
+            control: "http://10.0.0.1:9100".into(),
+        }
+    );
+}
