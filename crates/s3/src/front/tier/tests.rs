@@ -666,7 +666,11 @@ async fn list_buckets_is_the_union_with_this_stores_creation_times() {
 async fn put_through_run(f: &Front, key: &str, body: &[u8]) -> s3s::S3Error {
     let body = body.to_vec();
     let key = key.to_owned();
-    f.run("PutObject", Arc::from(T), |_| async move {
+    let requester = crate::front::Requester {
+        tenant: Arc::from(T),
+        elsewhere: None,
+    };
+    f.run("PutObject", requester, |_| async move {
         put(f, B, &key, &body).await
     })
     .await
