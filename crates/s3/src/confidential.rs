@@ -13,7 +13,8 @@
 //! request), a *generation* and a part number — and the segment size. The generation is drawn
 //! at random when the body is encrypted (the record's `version` is set at commit, too late),
 //! and kept with the object as the user-metadata entry [`ENTRY`]
-//! (`x-amz-meta-sluice-confidential: v1 s=<segment size> g=<generation, 16 hex>`), because
+//! (`x-amz-meta-sluice-confidential: v1 s=<segment size> g=<generation, 16 hex> n=<plaintext
+//! length>`, the length added once the body is in), because
 //! user metadata is what survives every hop: the local record keeps it, the drain sends it
 //! upstream with the body, and the shared tier returns it on every GET and HEAD, so an object
 //! evicted here is read back from the tier like a local one. A multipart object adds
@@ -54,6 +55,9 @@ pub const ENTRY: &str = "sluice-confidential";
 pub struct Entry {
     pub segment_size: u32,
     pub generation: u64,
+    /// A single-PUT object's plaintext length, once known (written with the record, so a
+    /// body cut short by whole segments is refused before any byte is sent).
+    pub plaintext: Option<u64>,
     /// A multipart object's parts' plaintext sizes, in order; `None` for a single PUT.
     pub parts: Option<Vec<u64>>,
 }
@@ -77,12 +81,17 @@ impl Entry {
         Self {
             segment_size,
             generation: rand::random(),
+            plaintext: None,
             parts: None,
         }
     }
 
     pub fn encode(&self) -> String {
         let mut s = format!("v1 s={} g={:016x}", self.segment_size, self.generation);
+        if let Some(n) = self.plaintext {
+            s.push_str(" n=");
+            s.push_str(&n.to_string());
+        }
         if let Some(parts) = &self.parts {
             s.push_str(" p=");
             let mut runs: Vec<(u64, u64)> = Vec::new();
@@ -104,7 +113,7 @@ impl Entry {
         if fields.next() != Some("v1") {
             return Err(bad("not version v1"));
         }
-        let (mut size, mut generation, mut parts) = (None, None, None);
+        let (mut size, mut generation, mut plaintext, mut parts) = (None, None, None, None);
         for f in fields {
             let (name, value) = f.split_once('=').ok_or_else(|| bad(f))?;
             match name {
@@ -113,6 +122,7 @@ impl Entry {
                     generation =
                         Some(u64::from_str_radix(value, 16).map_err(|_| bad("generation"))?);
                 }
+                "n" => plaintext = Some(value.parse::<u64>().map_err(|_| bad("length"))?),
                 "p" => {
                     let mut out = Vec::new();
                     for run in value.split(',') {
@@ -132,6 +142,7 @@ impl Entry {
         Ok(Self {
             segment_size: size.ok_or_else(|| bad("no segment size"))?,
             generation: generation.ok_or_else(|| bad("no generation"))?,
+            plaintext,
             parts,
         })
     }
@@ -164,6 +175,12 @@ impl Entry {
         let Some(parts) = &self.parts else {
             let layout = Layout::from_ciphertext_len(self.segment_size, stored)
                 .map_err(EntryError::Length)?;
+            if self.plaintext.is_some_and(|n| n != layout.plaintext_len()) {
+                return Err(EntryError::Length(sluice_crypt::Error::Length {
+                    len: stored,
+                    segment_size: self.segment_size,
+                }));
+            }
             return Ok(vec![Piece {
                 part: 0,
                 layout,
@@ -249,6 +266,16 @@ mod tests {
     fn an_entry_reads_back_as_written_and_runs_of_equal_parts_stay_short() {
         let mut e = Entry::fresh(65_536);
         assert_eq!(Entry::parse(&e.encode()), Ok(e.clone()));
+        e.plaintext = Some(12_345);
+        assert_eq!(Entry::parse(&e.encode()), Ok(e.clone()));
+        let stored = Layout::new(65_536, 12_345).expect("l").ciphertext_len();
+        assert_eq!(e.plaintext_len(stored), Ok(12_345));
+        e.plaintext = Some(12_344);
+        assert!(
+            e.plaintext_len(stored).is_err(),
+            "a length the body does not have"
+        );
+        e.plaintext = None;
         e.parts = Some(vec![8 << 20; 9_999].into_iter().chain([17]).collect());
         let text = e.encode();
         assert!(text.len() < 64, "{text}");
@@ -270,6 +297,7 @@ mod tests {
         let e = Entry {
             segment_size: 16,
             generation: 7,
+            plaintext: None,
             parts: Some(vec![40, 40, 3]),
         };
         let lens: Vec<u64> = [40, 40, 3]

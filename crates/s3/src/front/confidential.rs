@@ -65,7 +65,12 @@ impl Front {
         }
         let entry = Entry::fresh(self.inner.segment_size);
         metadata.insert(ENTRY.to_owned(), entry.encode());
-        let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        // With room for the length recorded once the body is in (" n=" and 20 digits).
+        let size: usize = metadata
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>()
+            + 23;
         if size > super::METADATA_MAX {
             return Err(ApiError::MetadataTooLarge(size));
         }
@@ -76,6 +81,27 @@ impl Front {
             object: object.to_owned(),
             part: 0,
         }))
+    }
+
+    /// Records the plaintext length of a body just encrypted in its entry in `metadata`
+    /// (refused if that takes the metadata over the limit).
+    pub(super) fn seal_length(
+        seal: &Sealing,
+        stored: u64,
+        metadata: &mut BTreeMap<String, String>,
+    ) -> ApiResult<()> {
+        let layout = sluice_crypt::Layout::from_ciphertext_len(seal.entry.segment_size, stored)
+            .map_err(|e| ApiError::Internal(format!("an encrypted body's length: {e}")))?;
+        let entry = Entry {
+            plaintext: Some(layout.plaintext_len()),
+            ..seal.entry.clone()
+        };
+        metadata.insert(ENTRY.to_owned(), entry.encode());
+        let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > super::METADATA_MAX {
+            return Err(ApiError::MetadataTooLarge(size));
+        }
+        Ok(())
     }
 
     fn opening(
@@ -90,6 +116,7 @@ impl Front {
             entry: Entry {
                 segment_size: 0,
                 generation: 0,
+                plaintext: None,
                 parts: None,
             },
             tenant: tenant.to_owned(),

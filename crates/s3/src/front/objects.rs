@@ -406,6 +406,12 @@ impl Front {
                 seal.as_ref(),
             )
             .await?;
+        if let Some(seal) = &seal
+            && let Err(e) = Self::seal_length(seal, received.written.size, &mut repr.metadata)
+        {
+            received.stored.discard(self, tenant).await;
+            return Err(e);
+        }
         let (rec, inline) = new_object(received.stored, &received.written, repr);
         let rec = self
             .commit_object(
