@@ -1,9 +1,10 @@
 //! The front's side of confidential bodies (see [`crate::confidential`]): for a tenant the
 //! [`Confidential`](crate::Confidential) gives a key, every body is encrypted before the
 //! blob writer (or the catalog, for an inline body) sees it, and every read, local or from
-//! the tier, decrypts and authenticates what it returns; HEAD, GET and listings report the
-//! plaintext length. A tenant whose key is unavailable is refused before anything is read or
-//! written. CopyObject and UploadPartCopy of such a tenant are refused (not yet built).
+//! the tier, decrypts and authenticates what it returns; HEAD, GET, GetObjectAttributes and
+//! listings report the plaintext length. A tenant whose key is unavailable is refused before
+//! anything is read or written. Multipart uploads, CopyObject and UploadPartCopy of such a
+//! tenant are refused (not yet built).
 
 use std::collections::BTreeMap;
 use std::ops::Range;

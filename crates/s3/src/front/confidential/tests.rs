@@ -233,6 +233,24 @@ async fn bodies_read_back_exactly_whole_and_in_ranges_across_segment_boundaries(
             head(&f, &name).await.expect("head").content_length,
             Some(len as i64)
         );
+        let attributes = dto::GetObjectAttributesInput::builder()
+            .bucket(B.into())
+            .key(name.clone())
+            .object_attributes(vec![
+                dto::ObjectAttributes::from_static(dto::ObjectAttributes::OBJECT_SIZE),
+                dto::ObjectAttributes::from_static(dto::ObjectAttributes::CHECKSUM),
+            ])
+            .build()
+            .expect("input");
+        let attributes = f
+            .get_object_attributes_op(T, attributes)
+            .await
+            .expect("attrs");
+        assert_eq!(attributes.object_size, Some(len as i64));
+        assert!(
+            attributes.checksum.is_none(),
+            "a ciphertext checksum was answered"
+        );
         if len == 0 {
             continue;
         }

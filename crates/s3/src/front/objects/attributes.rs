@@ -3,7 +3,8 @@
 //! `s3api get-object-attributes` ask for). The checksum is the one a GET with
 //! `x-amz-checksum-mode: ENABLED` returns ([`checksum::of_object`]); an inline object's body
 //! is verified against its record before its checksum is answered. With a tier behind the
-//! front, an object only the tier has answers what its HEAD tells (no checksum).
+//! front, an object only the tier has answers what its HEAD tells (no checksum). A
+//! confidential tenant's object answers its plaintext size and no checksum.
 
 use s3s::dto;
 
@@ -62,13 +63,19 @@ impl Front {
                 .await
                 .map(|rec| (rec, None))
         };
-        let (rec, stored) = match here {
+        let (mut rec, mut stored) = match here {
             Ok(found) => found,
             Err(e) => match self.tier_after(&e) {
                 Some(tier) => (tier.head(tenant, &input.bucket, &input.key).await?, None),
                 None => return Err(e),
             },
         };
+        if let Some(key) = self.tenant_key(tenant)? {
+            // An encrypted body: its plaintext length, and no checksum (the stored chunks'
+            // are of the ciphertext).
+            rec = Self::head_sealed(key, tenant, &input.bucket, &input.key, &rec)?;
+            stored = None;
+        }
         let field = |a: Algorithm| checksum::value(stored.as_ref().map(|(d, _)| d), a);
         Ok(dto::GetObjectAttributesOutput {
             e_tag: wants(dto::ObjectAttributes::ETAG).then(|| dto::ETag::Strong(rec.etag.clone())),
