@@ -259,11 +259,12 @@ impl Keys {
     }
 
     /// Asks the broker again for the unavailable keys every [`RETRY`] and for the loaded ones
-    /// every [`RECHECK`], until `stop` turns true.
+    /// every [`RECHECK`], until `stop` turns true or its sender is dropped.
     pub async fn run(self, mut stop: watch::Receiver<bool>) {
         loop {
             tokio::select! {
-                _ = stop.changed() => if *stop.borrow() { return },
+                // Stopped, or the sender is gone (nothing can stop it any more): end.
+                changed = stop.changed() => if changed.is_err() || *stop.borrow() { return },
                 () = tokio::time::sleep(RETRY) => {}
                 () = self.inner.wake.notified() => {}
             }
