@@ -83,6 +83,40 @@ async fn a_dead_gateways_share_is_reassigned_within_two_seconds() {
     assert!(t <= Duration::from_secs(2), "re-converged after {t:?}");
 }
 
+/// A gateway that joins under load is in the split from the round after its first report:
+/// the capacity and B's limit are then shared by all three, B's part following its demand.
+#[tokio::test(start_paused = true)]
+async fn a_joining_gateway_is_in_the_next_split() {
+    let cap = 48.0 * MIB;
+    let mut c = Coordinator::new("g1", Instant::now());
+    tokio::time::advance(WARMUP).await;
+    for id in ["g1", "g2"] {
+        c.report(Instant::now(), report(id, &[("b", 40.0 * MIB)]));
+    }
+    let v = c.assign(Instant::now(), cap, &tenants()).expect("assigned");
+    assert_eq!(v.gateways.len(), 2);
+    tokio::time::advance(ROUND).await;
+    for id in ["g1", "g2", "g3"] {
+        c.report(Instant::now(), report(id, &[("b", 40.0 * MIB)]));
+    }
+    let v = c.assign(Instant::now(), cap, &tenants()).expect("assigned");
+    assert_eq!(v.gateways.len(), 3, "{v:?}");
+    assert!((total(&v) - cap).abs() < 1.0, "{}", total(&v));
+    let limits: Vec<f64> = v
+        .gateways
+        .iter()
+        .map(|g| g.tenants["b"].limit_bps.expect("limited"))
+        .collect();
+    assert!(
+        (limits.iter().sum::<f64>() - 30.0 * MIB).abs() < 1.0,
+        "{limits:?}"
+    );
+    // Equal demand on each: an equal third of the limit each.
+    for l in &limits {
+        assert!((l - 10.0 * MIB).abs() < 1.0, "{limits:?}");
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_member_without_a_coordinator_falls_back_to_capacity_over_n() {
     let cap = 48.0 * MIB;
