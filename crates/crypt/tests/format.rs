@@ -4,7 +4,7 @@
 
 use sluice_crypt::{
     Decryptor, Encryptor, Error, HEADER_LEN, Identity, Layout, TAG_LEN, TenantKey, decrypt,
-    decrypt_range, encrypt,
+    decrypt_range, encrypt, seal_segments,
 };
 
 const SEG: u32 = 64;
@@ -331,4 +331,11 @@ fn bad_keys_and_segment_sizes_are_refused() {
         format!("{:?}", key(1)),
         format!("TenantKey({})", key(1).id())
     );
+}
+
+#[test]
+fn the_benchmark_helper_counts_what_it_seals_and_refuses_a_bad_segment_size() {
+    assert_eq!(seal_segments(3, 65_536), Ok(3 * 65_536));
+    assert_eq!(seal_segments(0, 65_536), Ok(0));
+    assert_eq!(seal_segments(1, 8), Err(Error::SegmentSize(8)));
 }

@@ -744,3 +744,85 @@ fn the_noisy_reports_two_gateway_parts_serialize_to_what_the_renderer_reads() {
     );
     assert_eq!(md.matches("was killed under load").count(), 1, "{md}");
 }
+
+/// [`AGENT_JSON`] with what `--encrypt` adds: the encrypted series, its ratios and the
+/// encryption per core (one round's AEAD speed not measured: null).
+fn agent_encrypted_json() -> Value {
+    let mut json: Value = serde_json::from_str(AGENT_JSON).expect("test JSON");
+    let added: Value = serde_json::from_str(
+        r#"{
+  "encrypted": {"rounds": [{"round": 1, "seconds": 2.5, "cpu_s_per_gib": 1.2},
+                           {"round": 0, "seconds": 2.4, "cpu_s_per_gib": 1.1},
+                           {"round": 2, "seconds": 2.3, "cpu_s_per_gib": 1.3}],
+                "median_s": 2.4, "fastest_s": 2.3},
+  "ratio_median_encrypted": 1.04348, "ratio_fastest_encrypted": 1.04545,
+  "encryption": {"segment_size_bytes": 65536,
+                 "aead_bytes_per_cpu_s": [3221225472.0, null, 3435973836.8],
+                 "aead_median_bytes_per_cpu_s": 3328599654.4,
+                 "extra_cpu_s": [0.8, 1.2, 1.2], "extra_cpu_median_s": 1.2,
+                 "agent_bytes_per_cpu_s": 3579139413.3, "ratio_per_core": 1.0753}
+}"#,
+    )
+    .expect("test JSON");
+    for (k, v) in added.as_object().expect("an object") {
+        json[k] = v.clone();
+    }
+    json
+}
+
+#[test]
+fn the_agent_table_adds_the_encrypted_agent_and_the_encryption_per_core() {
+    let mut inputs = none();
+    inputs.agent = Source {
+        path: "docs/bench/agent.json".to_owned(),
+        json: Some(agent_encrypted_json()),
+    };
+    let figures = figures(&inputs).expect("renders");
+    let md = section(&figures, AGENT);
+    assert!(
+        md.contains("--rounds 3 --encrypt --json docs/bench/agent.json`"),
+        "{md}"
+    );
+    let row = "| through the agent, encrypted | 2.40 / 2.50 / 2.30 | 2.40 s | 2.30 s | 1,707 | 1.10–1.30 |";
+    assert!(md.contains(row), "{md}");
+    assert!(
+        md.contains("| agent encrypted (`[tenant.encryption]`) / unencrypted | 1.043 | 1.045 |"),
+        "{md}"
+    );
+    // 3,328,599,654.4 B/s is 3,174.4 MiB/s; 3,579,139,413.3 is 3,413.3.
+    assert!(
+        md.contains("one thread, median of the rounds) | 3,174 MiB/s |"),
+        "{md}"
+    );
+    assert!(
+        md.contains("over the unencrypted one (median 1.20 CPU-s more) | 3,413 MiB/s |"),
+        "{md}"
+    );
+    assert!(md.contains("| agent / AES-256-GCM alone | 1.075 |"), "{md}");
+    let readme = summary(&inputs).expect("renders");
+    assert!(
+        readme.contains("| through the agent, encrypted | 2.40 s | – |"),
+        "{readme}"
+    );
+}
+
+#[test]
+fn an_encryption_per_core_not_measured_is_a_dash_and_a_report_without_it_has_no_such_rows() {
+    let mut json = agent_encrypted_json();
+    json["encryption"]["agent_bytes_per_cpu_s"] = Value::Null;
+    json["encryption"]["ratio_per_core"] = Value::Null;
+    let mut inputs = none();
+    inputs.agent = Source {
+        path: "a.json".to_owned(),
+        json: Some(json),
+    };
+    let md = section(&figures(&inputs).expect("renders"), AGENT).to_owned();
+    assert!(md.contains("CPU-s more) | – |"), "{md}");
+    assert!(md.contains("| agent / AES-256-GCM alone | – |"), "{md}");
+
+    inputs.agent = source("a.json", Some(AGENT_JSON));
+    let md = section(&figures(&inputs).expect("renders"), AGENT).to_owned();
+    for absent in ["encrypt", "AES-256-GCM"] {
+        assert!(!md.contains(absent), "{absent}: {md}");
+    }
+}

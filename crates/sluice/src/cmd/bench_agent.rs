@@ -23,6 +23,14 @@
 //! With `--local-capacity RATE`, each round also measures the agent with its local scheduler
 //! on (`[agent.capacity] bandwidth = RATE`, dmClock, the one tenant alone on the node) and
 //! reports scheduled / unscheduled: what scheduling the node's device costs a quiet node.
+//!
+//! With `--encrypt`, each round also measures the agent with the tenant's bodies encrypted
+//! (`[tenant.encryption] key_file`, 32 random bytes written into `--dir`) and reports
+//! encrypted / unencrypted (held to <= 1.05), and the encryption's throughput per core: the
+//! burst's bytes per CPU-second the encrypted burst took over the unencrypted one, against
+//! AES-256-GCM sealing the same 64 KiB segments alone on one thread for about a second in the
+//! same round (held to >= 90%; see [`encryption`] for why a difference). It is an option, not
+//! always on, because it is a whole extra burst per round (a third more time and writes).
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -36,6 +44,8 @@ use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjPath;
 use sluice_config::Config;
 use sluice_units::{ByteSize, Rate};
+
+mod encryption;
 
 #[derive(clap::Args)]
 pub struct AgentArgs {
@@ -64,6 +74,10 @@ pub struct AgentArgs {
     /// (the node's device scheduled), e.g. what `sluice calibrate --agent` measured.
     #[arg(long)]
     pub local_capacity: Option<Rate>,
+    /// Also measure, in each round, the agent with the tenant's bodies encrypted
+    /// (`[tenant.encryption]`), and AES-256-GCM alone on one thread.
+    #[arg(long)]
+    pub encrypt: bool,
 }
 
 const CHUNK: usize = 1024 * 1024;
@@ -98,14 +112,17 @@ enum Kind {
     Agent,
     /// The agent with `[agent.capacity]` (`--local-capacity`).
     Scheduled,
+    /// The agent with the tenant's bodies encrypted (`--encrypt`).
+    Encrypted,
 }
 
 impl Kind {
-    const ALL: [Self; 4] = [
+    const ALL: [Self; 5] = [
         Self::Direct,
         Self::AroundCache,
         Self::Agent,
         Self::Scheduled,
+        Self::Encrypted,
     ];
 
     fn label(self) -> &'static str {
@@ -114,6 +131,7 @@ impl Kind {
             Self::AroundCache => "direct, O_DIRECT   ",
             Self::Agent => "through the agent  ",
             Self::Scheduled => "agent, scheduled   ",
+            Self::Encrypted => "agent, encrypted   ",
         }
     }
 }
@@ -265,6 +283,16 @@ struct Report {
     ratio_median_scheduled: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     ratio_fastest_scheduled: Option<f64>,
+    /// `--encrypt`: the agent with the tenant encrypted, encrypted over unencrypted of the
+    /// medians and of the fastest rounds, and the encryption's throughput per core.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encrypted: Option<Series>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_median_encrypted: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ratio_fastest_encrypted: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    encryption: Option<encryption::Encryption>,
     /// Agent over direct, of the medians (the target) and of each kind's fastest round.
     ratio_median: f64,
     ratio_fastest: f64,
@@ -315,6 +343,14 @@ impl Report {
                 s.fastest_s,
             );
         }
+        if let (Some(s), Some(m), Some(f), Some(e)) = (
+            &self.encrypted,
+            self.ratio_median_encrypted,
+            self.ratio_fastest_encrypted,
+            &self.encryption,
+        ) {
+            encryption::print(s, m, f, e);
+        }
     }
 }
 
@@ -324,7 +360,9 @@ fn config_text(
     capacity: u64,
     drain_rate: f64,
     local: Option<f64>,
+    key_file: Option<&Path>,
 ) -> String {
+    let encryption = key_file.map_or_else(String::new, encryption::config);
     let scheduled = local.map_or_else(String::new, |bw| {
         format!("[agent.capacity]\nbandwidth = \"{}B/s\"\n", bw.round())
     });
@@ -346,7 +384,7 @@ access_key = "{KEY}"
 secret_key = "{SECRET}"
 local_capacity = "{capacity}B"
 drain_rate = "{drain_rate}B/s"
-"#,
+{encryption}"#,
         gw = dir.join("gateway").display(),
         ag = dir.join("agent").display(),
     )
@@ -382,25 +420,58 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
             " (page cache not dropped: not root)"
         }
     );
+    let key_file = if args.encrypt {
+        Some(encryption::write_key(&dir)?)
+    } else {
+        None
+    };
     let report = super::runtime()?.block_on(async move {
         let (mut directs, mut arounds, mut agents) = (Series::default(), None, Series::default());
-        let mut scheduled: Option<Series> = None;
+        let (mut scheduled, mut encrypted): (Option<Series>, Option<Series>) = (None, None);
+        let mut aead = Vec::new();
         let local = args.local_capacity.map(|r| r.0);
         let kinds: Vec<Kind> = Kind::ALL
             .into_iter()
             .filter(|k| *k != Kind::Scheduled || local.is_some())
+            .filter(|k| *k != Kind::Encrypted || key_file.is_some())
             .collect();
         for round in 0..args.rounds {
             let round_dir = dir.join(format!("round-{round}"));
+            if key_file.is_some() {
+                let speed = tokio::task::spawn_blocking(encryption::aead_speed).await??;
+                println!(
+                    "round {round}: AES-256-GCM alone, one thread: {:.0} MiB per CPU-s",
+                    speed / 1_048_576.0
+                );
+                aead.push(speed);
+            }
             // Rotate the order: whichever goes later finds the others' files on disk.
             for k in 0..kinds.len() {
                 let kind = kinds[(round + k) % kinds.len()];
                 let node = match kind {
-                    Kind::Agent => Some(Node::start(&round_dir, capacity, drain_rate, None).await?),
+                    Kind::Agent => {
+                        Some(Node::start(&round_dir, capacity, drain_rate, None, None).await?)
+                    }
                     // Its own directory: the unscheduled agent's catalog holds this round's bucket.
                     Kind::Scheduled => Some(
-                        Node::start(&round_dir.join("scheduled"), capacity, drain_rate, local)
-                            .await?,
+                        Node::start(
+                            &round_dir.join("scheduled"),
+                            capacity,
+                            drain_rate,
+                            local,
+                            None,
+                        )
+                        .await?,
+                    ),
+                    Kind::Encrypted => Some(
+                        Node::start(
+                            &round_dir.join("encrypted"),
+                            capacity,
+                            drain_rate,
+                            None,
+                            key_file.as_deref(),
+                        )
+                        .await?,
                     ),
                     Kind::Direct | Kind::AroundCache => None,
                 };
@@ -449,7 +520,7 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                     m.seconds,
                     total as f64 / m.seconds / 1_048_576.0,
                     m.cpu_s_per_gib,
-                    if matches!(kind, Kind::Agent | Kind::Scheduled) {
+                    if matches!(kind, Kind::Agent | Kind::Scheduled | Kind::Encrypted) {
                         " incl. client, drain and gateway"
                     } else {
                         ""
@@ -460,6 +531,7 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
                     Kind::AroundCache => arounds.get_or_insert_with(Series::default).push(m),
                     Kind::Agent => agents.push(m),
                     Kind::Scheduled => scheduled.get_or_insert_with(Series::default).push(m),
+                    Kind::Encrypted => encrypted.get_or_insert_with(Series::default).push(m),
                 }
             }
             std::fs::remove_dir_all(&round_dir)
@@ -478,6 +550,12 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
             ratio_median_scheduled: scheduled.as_ref().map(|s| s.median_s / agents.median_s),
             ratio_fastest_scheduled: scheduled.as_ref().map(|s| s.fastest_s / agents.fastest_s),
             scheduled,
+            ratio_median_encrypted: encrypted.as_ref().map(|e| e.median_s / agents.median_s),
+            ratio_fastest_encrypted: encrypted.as_ref().map(|e| e.fastest_s / agents.fastest_s),
+            encryption: encrypted
+                .as_ref()
+                .map(|e| encryption::Encryption::new(aead, &agents, e, total)),
+            encrypted,
             direct: directs,
             o_direct: arounds,
             agent: agents,
@@ -504,17 +582,18 @@ impl Node {
         capacity: u64,
         drain_rate: f64,
         local: Option<f64>,
+        key_file: Option<&Path>,
     ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        // The gateway first (its port is the agent's upstream).
+        // The gateway first (its port is the agent's upstream); it stores what it is sent.
         let gw_config = Config::parse(
-            &config_text(dir, "http://127.0.0.1:1", capacity, drain_rate, local),
+            &config_text(dir, "http://127.0.0.1:1", capacity, drain_rate, local, None),
             &dir.join("bench.toml"),
         )?;
         let gateway = super::gateway::start(&gw_config).await?;
         let upstream = format!("http://{}", gateway.addr);
         let config = Config::parse(
-            &config_text(dir, &upstream, capacity, drain_rate, local),
+            &config_text(dir, &upstream, capacity, drain_rate, local, key_file),
             &dir.join("bench.toml"),
         )?;
         let agent = super::agent::start(&config).await?;
@@ -601,6 +680,7 @@ mod tests {
             rounds: 1,
             json: None,
             local_capacity: None,
+            encrypt: false,
         }
     }
 
