@@ -684,6 +684,83 @@ mod tests {
         }
     }
 
+    fn series(seconds: &[f64], cpu_s_per_gib: f64) -> Series {
+        let mut s = Series::default();
+        for (round, &seconds) in seconds.iter().enumerate() {
+            s.push(Measured {
+                round,
+                seconds,
+                cpu_s_per_gib,
+            });
+        }
+        s
+    }
+
+    /// The keys `--json` writes are the ones `sluice bench report` reads: an `--encrypt`
+    /// report serialized here renders its encrypted row, ratio and encryption per core.
+    #[test]
+    fn an_encrypt_report_renders_in_bench_report() {
+        use sluice_bench::report::{AGENT, Inputs, Source, figures};
+        let total = 1u64 << 30;
+        let (direct, agent, encrypted) = (
+            series(&[2.0, 2.0], 1.0),
+            series(&[2.0, 2.2], 1.0),
+            series(&[2.1, 2.3], 1.5),
+        );
+        let gib = 1_073_741_824.0;
+        let report = Report {
+            objects: 4,
+            size_bytes: total / 4,
+            drain_rate_bytes_per_s: 64.0 * 1_048_576.0,
+            page_cache_dropped: false,
+            ratio_median: agent.median_s / direct.median_s,
+            ratio_fastest: agent.fastest_s / direct.fastest_s,
+            ratio_median_o_direct: None,
+            ratio_fastest_o_direct: None,
+            o_direct: None,
+            local_capacity_bytes_per_s: None,
+            scheduled: None,
+            ratio_median_scheduled: None,
+            ratio_fastest_scheduled: None,
+            ratio_median_encrypted: Some(encrypted.median_s / agent.median_s),
+            ratio_fastest_encrypted: Some(encrypted.fastest_s / agent.fastest_s),
+            // 0.5 CPU-s more for 1 GiB is 2 GiB/s, half of 4 GiB/s.
+            encryption: Some(encryption::Encryption::new(
+                vec![4.0 * gib, 4.0 * gib],
+                &agent,
+                &encrypted,
+                total,
+            )),
+            encrypted: Some(encrypted),
+            direct,
+            agent,
+        };
+        let none = |path: &str| Source {
+            path: path.to_owned(),
+            json: None,
+        };
+        let inputs = Inputs {
+            gateway: none("g.json"),
+            agent: Source {
+                path: "a.json".to_owned(),
+                json: Some(serde_json::to_value(&report).expect("serializes")),
+            },
+            noisy: none("n.json"),
+        };
+        let sections = figures(&inputs).expect("renders");
+        let md = &sections.iter().find(|(n, _)| *n == AGENT).expect("agent").1;
+        for row in [
+            "--rounds 2 --encrypt --json a.json`",
+            "| through the agent, encrypted | 2.10 / 2.30 | 2.20 s | 2.10 s | 465 | 1.50 |",
+            "| agent encrypted (`[tenant.encryption]`) / unencrypted | 1.048 | 1.050 |",
+            "(64 KiB segments sealed on one thread, median of the rounds) | 4,096 MiB/s |",
+            "(median 0.50 CPU-s more) | 2,048 MiB/s |",
+            "| agent / AES-256-GCM alone | 0.500 |",
+        ] {
+            assert!(md.contains(row), "{row}: {md}");
+        }
+    }
+
     #[test]
     fn a_dir_that_holds_an_agents_data_is_refused_and_left_intact() {
         let root = tempfile::tempdir().expect("temp dir");
