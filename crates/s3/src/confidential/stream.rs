@@ -23,13 +23,14 @@ use crate::blob::ReadStream;
 use crate::error::{ApiError, ApiResult};
 
 /// A request body encrypted on its way through: the header first, then each segment once it
-/// is complete, the last at the end. Counts and hashes the plaintext it takes (the client's
-/// Content-MD5 is of the plaintext).
+/// is complete, the last at the end. Hashes the plaintext it takes when asked to (a client's
+/// Content-MD5 is of the plaintext; without one the hash would be work thrown away: the
+/// ETag is the stored ciphertext's, computed by the blob writer).
 pub struct Encrypting<S> {
     inner: S,
     encryptor: Option<Encryptor>,
     header: Option<Bytes>,
-    md5: Md5,
+    md5: Option<Md5>,
 }
 
 impl<S> Encrypting<S> {
@@ -38,6 +39,7 @@ impl<S> Encrypting<S> {
         key: &TenantKey,
         entry: &Entry,
         identity: &sluice_crypt::Identity<'_>,
+        hash_plaintext: bool,
     ) -> ApiResult<Self> {
         let (encryptor, header) = Encryptor::new(key, identity, entry.segment_size)
             .map_err(|e| ApiError::Internal(format!("encrypting a body: {e}")))?;
@@ -45,13 +47,13 @@ impl<S> Encrypting<S> {
             inner,
             encryptor: Some(encryptor),
             header: Some(Bytes::copy_from_slice(&header)),
-            md5: Md5::new(),
+            md5: hash_plaintext.then(Md5::new),
         })
     }
 
-    /// The MD5 of the plaintext taken so far.
-    pub fn plaintext_md5(&self) -> [u8; 16] {
-        self.md5.clone().finalize().into()
+    /// The MD5 of the plaintext taken so far, if it was asked for.
+    pub fn plaintext_md5(&self) -> Option<[u8; 16]> {
+        self.md5.as_ref().map(|m| m.clone().finalize().into())
     }
 }
 
@@ -74,8 +76,12 @@ where
                 Poll::Pending => return Poll::Pending,
                 Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
                 Poll::Ready(Some(Ok(chunk))) => {
-                    this.md5.update(&chunk);
-                    let mut out = Vec::new();
+                    if let Some(md5) = this.md5.as_mut() {
+                        md5.update(&chunk);
+                    }
+                    // Room for the segments the chunk completes (and their tags) at once,
+                    // instead of growing the vector segment by segment.
+                    let mut out = Vec::with_capacity(chunk.len() + chunk.len() / 1024 + TAG_LEN);
                     enc.update(&chunk, &mut out);
                     if !out.is_empty() {
                         return Poll::Ready(Some(Ok(Bytes::from(out))));

@@ -288,7 +288,13 @@ impl Front {
                 let identity = seal
                     .entry
                     .identity(tenant, &seal.bucket, &seal.object, seal.part);
-                let mut sealed = Encrypting::new(&mut body, &seal.key, &seal.entry, &identity)?;
+                let mut sealed = Encrypting::new(
+                    &mut body,
+                    &seal.key,
+                    &seal.entry,
+                    &identity,
+                    content_md5.is_some(),
+                )?;
                 let declared = declared.map(stored_len).transpose()?;
                 let (stored, written, reservation) = self
                     .store_body(
@@ -301,7 +307,8 @@ impl Front {
                         escrow,
                     )
                     .await?;
-                let md5 = sealed.plaintext_md5();
+                // Without a Content-MD5 there is nothing to check it against.
+                let md5 = sealed.plaintext_md5().unwrap_or_default();
                 (stored, written, reservation, md5)
             }
         };

@@ -344,6 +344,42 @@ async fn a_tenant_whose_key_is_unavailable_is_refused_and_nothing_is_written() {
     ));
 }
 
+/// A client's Content-MD5 is of the plaintext it sent: checked against that, not the
+/// ciphertext; a wrong one stores nothing.
+#[tokio::test]
+async fn content_md5_is_checked_against_the_plaintext() {
+    use base64::Engine as _;
+    use md5::{Digest as _, Md5};
+    let (_d, f) = front(keyed(Ok(Some(key(1)))), None);
+    let body = data(5_000, 9);
+    let digest = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(Md5::digest(b));
+    let with_md5 = |key: &str, md5: String| {
+        let chunks: Vec<Result<Bytes, std::io::Error>> =
+            body.chunks(700).map(|c| Ok(body.slice_ref(c))).collect();
+        dto::PutObjectInput {
+            bucket: B.into(),
+            key: key.into(),
+            body: Some(StreamingBlob::wrap(futures::stream::iter(chunks))),
+            content_length: Some(body.len() as i64),
+            content_md5: Some(md5),
+            ..Default::default()
+        }
+    };
+    f.put_object_op(T, with_md5("right", digest(&body)), Expected::None)
+        .await
+        .expect("the plaintext's MD5 is accepted");
+    assert_eq!(get(&f, "right", None).await.expect("get").0, body);
+    let err = f
+        .put_object_op(T, with_md5("wrong", digest(b"other")), Expected::None)
+        .await
+        .expect_err("another MD5 is refused");
+    assert!(matches!(err, ApiError::BadDigest), "{err}");
+    assert!(
+        head(&f, "wrong").await.is_err(),
+        "nothing stored under the refused key"
+    );
+}
+
 #[tokio::test]
 async fn a_tenant_without_a_key_stores_bodies_as_they_come() {
     let (_d, f) = front(keyed(Ok(None)), None);
