@@ -98,6 +98,32 @@ async fn eventually<F: std::future::Future<Output = bool>>(
     false
 }
 
+/// Alice's key at a broker that releases it for the evidence `attested`, and her config
+/// naming it with an evidence file holding `evidence`.
+async fn brokered(evidence: &str) -> (tempfile::TempDir, Broker, Config) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::start("attested").await;
+    broker.put(RESOURCE, &KEY);
+    std::fs::write(dir.path().join("evidence"), evidence).expect("evidence");
+    let config = parse(
+        dir.path(),
+        &tenant("alice", &url_table(&broker.url(RESOURCE), Some("evidence"))),
+    );
+    (dir, broker, config)
+}
+
+/// The agent of `config`, started, and its status listener.
+async fn started(config: &Config) -> (sluice_agent::Running, std::net::SocketAddr) {
+    let running = Agent::open(config)
+        .await
+        .expect("open")
+        .start()
+        .await
+        .expect("start");
+    let addr = running.status_addr.expect("status listener");
+    (running, addr)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_broker_releases_the_key_only_with_the_expected_evidence() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -187,21 +213,8 @@ async fn an_unreachable_broker_is_not_fatal_and_names_why() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_key_becomes_available_once_the_broker_releases_it_without_a_restart() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start("attested").await;
-    broker.put(RESOURCE, &KEY);
-    std::fs::write(dir.path().join("evidence"), "not-yet").expect("evidence");
-    let config = parse(
-        dir.path(),
-        &tenant("alice", &url_table(&broker.url(RESOURCE), Some("evidence"))),
-    );
-    let running = Agent::open(&config)
-        .await
-        .expect("open")
-        .start()
-        .await
-        .expect("start");
-    let addr = running.status_addr.expect("status listener");
+    let (_dir, broker, config) = brokered("not-yet").await;
+    let (running, addr) = started(&config).await;
     let s = status(addr).await;
     let e = encryption_of(&s, "alice");
     assert_eq!(e["loaded"], false, "{e}");
@@ -237,14 +250,7 @@ async fn a_refused_key_becomes_available_once_the_broker_releases_it_without_a_r
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_the_broker_withdraws_is_dropped_from_memory() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start("attested").await;
-    broker.put(RESOURCE, &KEY);
-    std::fs::write(dir.path().join("evidence"), "attested").expect("evidence");
-    let config = parse(
-        dir.path(),
-        &tenant("alice", &url_table(&broker.url(RESOURCE), Some("evidence"))),
-    );
+    let (_dir, broker, config) = brokered("attested").await;
     let keys = Keys::open(&config).await.expect("open");
     assert!(keys.tenant_key("alice").is_ok_and(|k| k.is_some()));
     let (stop, stopped) = tokio::sync::watch::channel(false);
@@ -353,21 +359,8 @@ async fn a_reload_picks_up_a_changed_key_and_refuses_a_bad_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_key_never_reaches_the_data_directory_nor_the_status() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::start("attested").await;
-    broker.put(RESOURCE, &KEY);
-    std::fs::write(dir.path().join("evidence"), "attested").expect("evidence");
-    let config = parse(
-        dir.path(),
-        &tenant("alice", &url_table(&broker.url(RESOURCE), Some("evidence"))),
-    );
-    let running = Agent::open(&config)
-        .await
-        .expect("open")
-        .start()
-        .await
-        .expect("start");
-    let addr = running.status_addr.expect("status listener");
+    let (dir, _broker, config) = brokered("attested").await;
+    let (running, addr) = started(&config).await;
     let text = status(addr).await.to_string();
     assert!(text.contains(&id_of(&KEY)), "{text}");
     running.control.reload(&config).expect("reload");
