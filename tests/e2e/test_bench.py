@@ -112,6 +112,25 @@ def check_postgres_parts(report, stdout):
     assert all(s["blobs_before"] == s["blobs_after"] for s in starts), starts
 
 
+def test_agent_bench_encrypt_runs_from_a_relative_dir(tmp_path):
+    """`bench agent --encrypt` with a relative `--dir` (the default is one): the encrypted
+    tenant's key file and data directories resolve where they were written, and the report
+    carries the encrypted series and both encryption ratios."""
+    out = tmp_path / "agent.json"
+    run = subprocess.run(
+        [sluice_bin(), "bench", "agent", "--objects", "2", "--size", "4MiB", "--rounds", "1",
+         "--dir", "work", "--encrypt", "--json", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(out.read_text())
+    assert [r["round"] for r in report["encrypted"]["rounds"]] == [0], report["encrypted"]
+    assert report["ratio_median_encrypted"] == \
+        report["encrypted"]["median_s"] / report["agent"]["median_s"]
+    assert report["encryption"]["aead_median_bytes_per_cpu_s"] > 0, report["encryption"]
+    assert not (tmp_path / "work").exists(), "the benchmark's directory was left behind"
+
+
 def test_agent_bench_reports_every_round_and_both_ratios(tmp_path):
     """`bench agent`: every kind measured once per round, the medians and the fastest rounds
     taken from those measurements, the ratios of the agent to both baselines, nothing left."""

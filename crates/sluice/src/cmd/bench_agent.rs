@@ -410,7 +410,10 @@ pub fn agent(args: &AgentArgs) -> anyhow::Result<()> {
     );
     let capacity = total * 2;
     let drain_rate = args.drain_rate.0;
-    let dir = args.dir.clone();
+    // Absolute: the configurations written under it resolve their paths (data_dir, the
+    // tenant's key_file) against their own directory, so a relative --dir would double.
+    let dir =
+        std::path::absolute(&args.dir).with_context(|| format!("--dir {}", args.dir.display()))?;
     let dropped = sluice_bench::gateway::drop_page_cache();
     println!(
         "before each measurement: dirty pages written back{}",
