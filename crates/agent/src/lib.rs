@@ -495,6 +495,11 @@ impl Agent {
             Arc::clone(&journal),
             Arc::clone(&catalog),
         ));
+        // The rollback manifests' high-water marks, in the catalog's file: a mark lost is a
+        // rollback no longer detected (`sluice_s3::confidential::manifest`).
+        let marks = Arc::new(sluice_s3::confidential::manifest::RedbHighWater::new(
+            Arc::clone(&catalog),
+        ));
         let front = Front::with_throttle(
             catalog,
             Arc::clone(&blobs),
@@ -526,7 +531,8 @@ impl Agent {
                 SharedTier::new(journal, Arc::clone(&upstream), Arc::clone(&drain))
                     .with_quota(Arc::clone(&quota)),
             ))
-            .with_confidential(Arc::new(confidential.clone()));
+            .with_confidential(Arc::new(confidential.clone()))
+            .with_rollback_marks(marks);
         let tenants = Arc::new(Tenants::new(keys));
         let control = Control {
             tenants: Arc::clone(&tenants),

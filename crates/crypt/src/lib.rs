@@ -88,6 +88,8 @@ pub enum Error {
 pub struct TenantKey {
     wrap: LessSafeKey,
     id: [u8; KEY_ID_LEN],
+    /// The rollback manifests' MAC key (see [`TenantKey::manifest_mac`]).
+    manifest: hmac::Key,
 }
 
 impl std::fmt::Debug for TenantKey {
@@ -98,6 +100,25 @@ impl std::fmt::Debug for TenantKey {
 
 fn derive(key: &[u8], label: &str) -> hmac::Tag {
     hmac::sign(&hmac::Key::new(hmac::HMAC_SHA256, key), label.as_bytes())
+}
+
+const MANIFEST_INFO: &[u8] = b"sluice manifest mac v1";
+
+/// HKDF-SHA256 (RFC 5869) of `key` with an empty salt and `info`, 32 bytes.
+fn hkdf(key: &[u8], info: &'static [u8]) -> [u8; KEY_LEN] {
+    struct Len;
+    impl aws_lc_rs::hkdf::KeyType for Len {
+        fn len(&self) -> usize {
+            KEY_LEN
+        }
+    }
+    let mut out = [0; KEY_LEN];
+    aws_lc_rs::hkdf::Salt::new(aws_lc_rs::hkdf::HKDF_SHA256, &[])
+        .extract(key)
+        .expand(&[info], Len)
+        .and_then(|okm| okm.fill(&mut out))
+        .unwrap_or_else(|_| unreachable!("32 bytes is a valid HKDF-SHA256 length"));
+    out
 }
 
 fn aes(key: &[u8]) -> LessSafeKey {
@@ -130,7 +151,23 @@ impl TenantKey {
         let wrap = aes(&derive(bytes, "sluice-crypt wrap v1").as_ref()[..KEY_LEN]);
         let mut id = [0; KEY_ID_LEN];
         id.copy_from_slice(&derive(bytes, "sluice-crypt key id v1").as_ref()[..KEY_ID_LEN]);
-        Ok(Self { wrap, id })
+        let manifest = hmac::Key::new(hmac::HMAC_SHA256, &hkdf(bytes, MANIFEST_INFO));
+        Ok(Self { wrap, id, manifest })
+    }
+
+    /// HMAC-SHA256 of `message` under the key's manifest MAC key: HKDF-SHA256 of the tenant
+    /// key (no salt, info `sluice manifest mac v1`), so it is independent of the wrapping key
+    /// and the id. The rollback manifests of `sluice_s3::confidential::manifest` are signed
+    /// with it (`docs/design/confidential-format.md`).
+    pub fn manifest_mac(&self, message: &[u8]) -> [u8; 32] {
+        let mut out = [0; 32];
+        out.copy_from_slice(hmac::sign(&self.manifest, message).as_ref());
+        out
+    }
+
+    /// Whether `tag` is [`TenantKey::manifest_mac`] of `message` (compared in constant time).
+    pub fn verify_manifest_mac(&self, message: &[u8], tag: &[u8]) -> bool {
+        hmac::verify(&self.manifest, message, tag).is_ok()
     }
 
     /// The key's public id, written in every header it wraps.

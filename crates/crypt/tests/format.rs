@@ -339,3 +339,15 @@ fn the_benchmark_helper_counts_what_it_seals_and_refuses_a_bad_segment_size() {
     assert_eq!(seal_segments(0, 65_536), Ok(0));
     assert_eq!(seal_segments(1, 8), Err(Error::SegmentSize(8)));
 }
+
+#[test]
+fn a_manifest_mac_verifies_only_under_its_own_key_and_for_its_own_bytes() {
+    let key = TenantKey::from_bytes(&[7; 32]).expect("key");
+    let other = TenantKey::from_bytes(&[8; 32]).expect("key");
+    let tag = key.manifest_mac(b"counter 3");
+    assert!(key.verify_manifest_mac(b"counter 3", &tag));
+    assert!(!key.verify_manifest_mac(b"counter 2", &tag));
+    assert!(!other.verify_manifest_mac(b"counter 3", &tag));
+    assert!(!key.verify_manifest_mac(b"counter 3", &tag[..31]));
+    assert_ne!(tag, other.manifest_mac(b"counter 3"));
+}

@@ -1,7 +1,8 @@
 //! Confidential bodies (issue #29): the seam through which the node agent tells the front
 //! which tenants' bodies it encrypts, and with what key; the record entry that lets a reader
 //! find an encrypted body's identity and shape; the streams that encrypt a body on its way to
-//! the disk and decrypt it on its way out (`stream`).
+//! the disk and decrypt it on its way out (`stream`); the rollback manifests that refuse an
+//! older version put back in place of a newer one (`manifest`).
 //!
 //! The gateway never sets a [`Confidential`], so it stores and serves whatever bodies it is
 //! given (on the node agent's drain, ciphertext) as opaque bytes.
@@ -33,6 +34,7 @@ use std::sync::Arc;
 pub use sluice_crypt::TenantKey;
 use sluice_crypt::{Identity, Layout};
 
+pub mod manifest;
 pub mod stream;
 
 /// Where a tenant's confidential-object key comes from (the node agent implements it; the

@@ -177,7 +177,8 @@ pub fn to_s3(e: ApiError) -> S3Error {
                 )
             }
             object_store::Error::Generic { source, .. }
-                if source.is::<crate::confidential::Undecryptable>() =>
+                if source.is::<crate::confidential::Undecryptable>()
+                    || source.is::<crate::confidential::manifest::RolledBack>() =>
             {
                 sluice_serve::request::fault(format_args!("{source}"));
                 with(C::InternalError, source.to_string())

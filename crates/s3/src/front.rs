@@ -86,6 +86,9 @@ struct Inner {
     confidential: Option<Arc<dyn Confidential>>,
     /// Plaintext bytes per segment of the bodies encrypted here.
     segment_size: u32,
+    /// The rollback manifests' marks, locks and caches (see
+    /// [`crate::confidential::manifest`]).
+    manifests: Arc<confidential::Manifests>,
     /// Whether commits write recovery records (see [`crate::recovery`]): yes, unless a tier
     /// is behind this front.
     records: bool,
@@ -116,6 +119,7 @@ impl Front {
                 tier: None,
                 confidential: None,
                 segment_size: sluice_crypt::DEFAULT_SEGMENT_SIZE,
+                manifests: Arc::default(),
                 records: true,
                 inline_records: true,
             }),
@@ -384,7 +388,7 @@ impl S3 for Front {
         let tenant = caller(&req)?;
         let input = req.input;
         self.run("PutObject", tenant, |t| async move {
-            self.put_object_from(&t, input, checksum?, escrow?.as_deref())
+            self.put_object_guarded(&t, input, checksum?, escrow?.as_deref())
                 .await
         })
         .await
@@ -395,35 +399,40 @@ impl S3 for Front {
         req: S3Request<dto::GetObjectInput>,
     ) -> S3Result<S3Response<dto::GetObjectOutput>> {
         let lane = req.extensions.get::<SendfileLane>().cloned();
-        op!(self, req, "GetObject", get_object_op, lane.as_ref())
+        op!(self, req, "GetObject", get_object_guarded, lane.as_ref())
     }
 
     async fn head_object(
         &self,
         req: S3Request<dto::HeadObjectInput>,
     ) -> S3Result<S3Response<dto::HeadObjectOutput>> {
-        op!(self, req, "HeadObject", head_object_op)
+        op!(self, req, "HeadObject", head_object_guarded)
     }
 
     async fn get_object_attributes(
         &self,
         req: S3Request<dto::GetObjectAttributesInput>,
     ) -> S3Result<S3Response<dto::GetObjectAttributesOutput>> {
-        op!(self, req, "GetObjectAttributes", get_object_attributes_op)
+        op!(
+            self,
+            req,
+            "GetObjectAttributes",
+            get_object_attributes_guarded
+        )
     }
 
     async fn delete_object(
         &self,
         req: S3Request<dto::DeleteObjectInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectOutput>> {
-        op!(self, req, "DeleteObject", delete_object_op)
+        op!(self, req, "DeleteObject", delete_object_guarded)
     }
 
     async fn delete_objects(
         &self,
         req: S3Request<dto::DeleteObjectsInput>,
     ) -> S3Result<S3Response<dto::DeleteObjectsOutput>> {
-        op!(self, req, "DeleteObjects", delete_objects_op)
+        op!(self, req, "DeleteObjects", delete_objects_guarded)
     }
 
     async fn copy_object(
@@ -431,7 +440,7 @@ impl S3 for Front {
         req: S3Request<dto::CopyObjectInput>,
     ) -> S3Result<S3Response<dto::CopyObjectOutput>> {
         let cond = objects::write_precondition_of(&req.headers);
-        op!(self, req, "CopyObject", copy_object_if_op, cond)
+        op!(self, req, "CopyObject", copy_object_guarded, cond)
     }
 
     async fn list_objects(
@@ -459,12 +468,7 @@ impl S3 for Front {
         &self,
         req: S3Request<dto::CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<dto::CreateMultipartUploadOutput>> {
-        op!(
-            self,
-            req,
-            "CreateMultipartUpload",
-            create_multipart_upload_op
-        )
+        op!(self, req, "CreateMultipartUpload", create_multipart_guarded)
     }
 
     async fn upload_part(
@@ -497,7 +501,7 @@ impl S3 for Front {
             self,
             req,
             "CompleteMultipartUpload",
-            complete_multipart_upload_op
+            complete_multipart_guarded
         )
     }
 

@@ -4,7 +4,8 @@
 //! the tier, decrypts and authenticates what it returns; HEAD, GET, GetObjectAttributes and
 //! listings report the plaintext length. A tenant whose key is unavailable is refused before
 //! anything is read or written. Multipart uploads, CopyObject and UploadPartCopy of such a
-//! tenant are refused (not yet built).
+//! tenant are refused (not yet built). Every read is checked against its directory's rollback
+//! manifest, and every write rewrites it (`manifest`).
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -16,9 +17,13 @@ use sluice_meta::{Entry as ListEntry, ListPage, ObjectRecord};
 use super::Front;
 use super::objects::ReadConditions;
 use crate::blob::ReadStream;
+use crate::confidential::manifest::is_manifest;
 use crate::confidential::stream::{self, Fetch, Opening};
 use crate::confidential::{ENTRY, Entry, TenantKey};
 use crate::error::{ApiError, ApiResult, TierError};
+
+mod manifest;
+pub(crate) use manifest::Manifests;
 
 /// How one body is encrypted: the tenant's key and the object's entry.
 pub(super) struct Sealing {
@@ -190,6 +195,8 @@ impl Front {
                 }
             };
         let (opening, plain) = Self::opening(key, tenant, bucket, object, &rec)?;
+        self.check_rollback(tenant, bucket, object, &opening.entry, rec.size)
+            .await?;
         let range = match &input.range {
             None => 0..plain,
             Some(r) => r.check(plain).map_err(|_| ApiError::InvalidRange)?,
@@ -250,6 +257,8 @@ impl Front {
             .collect::<Vec<_>>()
             .await
             .into_iter()
+            // A directory's rollback manifest is the node's, not the client's.
+            .filter(|e| !matches!(e, Ok(ListEntry::Object(name, _)) if is_manifest(name)))
             .collect::<ApiResult<_>>()?;
         Ok(ListPage {
             entries,
