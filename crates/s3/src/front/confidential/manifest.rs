@@ -54,6 +54,9 @@ enum Touch {
     Delete,
 }
 
+/// Directories whose manifest is kept in memory before the idle ones are forgotten.
+pub(super) const DIRS_KEPT: usize = 256;
+
 /// The manifests' state of a front: the node's marks and each directory's lock and cache.
 pub(crate) struct Manifests {
     marks: Arc<dyn HighWater>,
@@ -81,6 +84,11 @@ impl Manifests {
             id.push(0);
         }
         let mut dirs = self.dirs.lock().unwrap_or_else(PoisonError::into_inner);
+        if dirs.len() >= DIRS_KEPT && !dirs.contains_key(&id) {
+            // Forget the directories no request is in and no failed write left keys in: a
+            // directory forgotten is read again (its manifest, checked against the mark).
+            dirs.retain(|_, d| Arc::strong_count(d) > 1 || !d.pending().keys.is_empty());
+        }
         Arc::clone(dirs.entry(id).or_default())
     }
 }
@@ -244,9 +252,9 @@ impl Front {
         let bucket = input.bucket.clone();
         let keys: Vec<String> = input.delete.objects.iter().map(|o| o.key.clone()).collect();
         let out = self.delete_objects_op(tenant, input).await?;
-        for key in &keys {
-            self.touch(tenant, &bucket, key, Touch::Delete).await?;
-        }
+        let touched: Vec<(&str, Touch)> =
+            keys.iter().map(|k| (k.as_str(), Touch::Delete)).collect();
+        self.touch_all(tenant, &bucket, &touched).await?;
         Ok(out)
     }
 
@@ -347,21 +355,44 @@ impl Front {
     /// Rewrites the manifest of `key`'s directory to name what the catalog now holds at
     /// `key` (and at every key registered before this write got the directory's lock).
     async fn touch(&self, tenant: &str, bucket: &str, key: &str, touch: Touch) -> ApiResult<()> {
-        if is_manifest(key) {
-            return Ok(());
-        }
+        self.touch_all(tenant, bucket, &[(key, touch)]).await
+    }
+
+    /// [`Front::touch`] for several keys: one manifest write per directory they are in.
+    async fn touch_all(&self, tenant: &str, bucket: &str, keys: &[(&str, Touch)]) -> ApiResult<()> {
         let Some(tkey) = self.tenant_key(tenant)? else {
             return Ok(());
         };
-        let scope = Scope {
-            tenant,
-            bucket,
-            directory: directory(key),
-        };
+        let mut by_dir: BTreeMap<&str, Vec<(&str, Touch)>> = BTreeMap::new();
+        for &(key, touch) in keys.iter().filter(|(k, _)| !is_manifest(k)) {
+            by_dir.entry(directory(key)).or_default().push((key, touch));
+        }
+        let mut outcome = Ok(());
+        for (directory, keys) in by_dir {
+            let scope = Scope {
+                tenant,
+                bucket,
+                directory,
+            };
+            if let Err(e) = self.touch_dir(&tkey, scope, &keys).await {
+                outcome = Err(e);
+            }
+        }
+        outcome
+    }
+
+    async fn touch_dir(
+        &self,
+        tkey: &Arc<TenantKey>,
+        scope: Scope<'_>,
+        keys: &[(&str, Touch)],
+    ) -> ApiResult<()> {
         let dir = self.inner.manifests.dir(scope);
         let ticket = {
             let mut p = dir.pending();
-            p.keys.insert(key.to_owned(), touch);
+            for &(key, touch) in keys {
+                p.keys.insert(key.to_owned(), touch);
+            }
             p.submitted += 1;
             p.submitted
         };
@@ -373,7 +404,7 @@ impl Front {
             }
             (std::mem::take(&mut p.keys), p.submitted)
         };
-        match self.write_manifest(&tkey, scope, &mut known, &keys).await {
+        match self.write_manifest(tkey, scope, &mut known, &keys).await {
             Ok(()) => {
                 dir.pending().written = upto;
                 Ok(())

@@ -496,3 +496,74 @@ async fn clients_may_not_write_read_delete_or_list_a_manifest() {
         "the manifest is encrypted too"
     );
 }
+
+#[tokio::test]
+async fn one_delete_objects_request_rewrites_its_directory_manifest_once() {
+    let (_w, writer) = node(marks(), None);
+    let names: Vec<String> = (0..5).map(|i| format!("step-1/shard-{i}")).collect();
+    for n in &names {
+        put(&writer, n, b"bytes").await.expect("put");
+    }
+    let before = manifest_of(&writer).await.counter;
+    let delete = dto::Delete {
+        objects: names
+            .iter()
+            .map(|n| dto::ObjectIdentifier {
+                key: n.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        quiet: None,
+    };
+    let input = dto::DeleteObjectsInput::builder()
+        .bucket(B.into())
+        .delete(delete)
+        .build()
+        .expect("input");
+    writer
+        .delete_objects_guarded(T, input)
+        .await
+        .expect("delete");
+    let m = manifest_of(&writer).await;
+    assert_eq!(m.counter, before + 1);
+    assert!(m.objects.values().all(|s| *s == Slot::Deleted), "{m:?}");
+}
+
+/// The per-directory cache is bounded; a directory forgotten is read again, and still
+/// refuses what it refused.
+#[tokio::test]
+async fn a_directory_forgotten_by_the_cache_is_checked_just_the_same() {
+    let shelf = Arc::new(Shelf::default());
+    let (_w, writer) = node(marks(), None);
+    put(&writer, "step-1/shard-0", b"old").await.expect("v1");
+    shelf.drain(&writer, "step-1/shard-0").await;
+    let old = shelf.take("step-1/shard-0");
+    put(&writer, "step-1/shard-0", b"new").await.expect("v2");
+    shelf.drain(&writer, "step-1/shard-0").await;
+    shelf.drain(&writer, MANIFEST).await;
+    let (_r, reader) = node(marks(), Some(Arc::clone(&shelf) as Arc<dyn Tier>));
+    assert_eq!(
+        get(&reader, "step-1/shard-0").await.expect("new"),
+        &b"new"[..]
+    );
+    for i in 0..super::DIRS_KEPT + 8 {
+        let k = format!("other-{i}/x");
+        put(&writer, &k, b"x").await.expect("put");
+        shelf.drain(&writer, &k).await;
+        shelf
+            .drain(&writer, &format!("other-{i}/{MANIFEST_NAME}"))
+            .await;
+        get(&reader, &k).await.expect("read");
+    }
+    let kept = reader
+        .inner
+        .manifests
+        .dirs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .len();
+    assert!(kept <= super::DIRS_KEPT, "{kept} directories kept");
+    shelf.put_back("step-1/shard-0", old);
+    let e = get(&reader, "step-1/shard-0").await.expect_err("refused");
+    assert_rollback(e, "step-1/shard-0", "is not the newest written");
+}
