@@ -14,6 +14,15 @@
 //!   share: its capacity and each tenant's local reservation, weight and limit
 //!   (`sluice_qos::split`). It applies its share to its throttle off the request path
 //!   ([`Throttle::set_share`]).
+//! - **Urgent reports.** Between rounds each gateway looks at its tenants' backlogs every
+//!   [`SAMPLE`] ([`Meter::urgent`]). When a tenant's demand appears or more than doubles, or a
+//!   tenant that demanded a part of the tier has had nothing asked and nothing waiting for
+//!   [`IDLE`], it reports at once, marked urgent. The coordinator splits again on an urgent
+//!   report without waiting for its round, answers the reporter with its new share and pushes
+//!   the new view to every other gateway (`POST /qos/view`, signed as reports are), so that a
+//!   burst's onset moves capacity toward it, and its end back, within a few milliseconds
+//!   instead of up to two rounds. A gateway applies a pushed view only if it is newer than the
+//!   last it applied.
 //! - **Authentication.** A report carries `x-sluice-cluster: <ms>.<hex>`, an HMAC-SHA256 of
 //!   the time and the body under a key derived from what every gateway of the deployment
 //!   already shares and a tenant never holds (the seal key file, else the catalog's URL with
@@ -61,8 +70,18 @@ pub const FALLBACK_AFTER: Duration = Duration::from_millis(1500);
 pub const MAX_SKEW: Duration = Duration::from_secs(5);
 /// The header carrying a report's signature.
 pub const SIGNATURE: &str = "x-sluice-cluster";
+/// How often a gateway looks at its tenants' backlogs between rounds (see [`Meter::urgent`]).
+pub const SAMPLE: Duration = Duration::from_millis(10);
+/// A tenant with nothing asked and nothing waiting at a gateway for this long demands
+/// nothing there.
+pub const IDLE: Duration = Duration::from_millis(20);
 /// How long a backlog counts for in a tenant's demand: `demand = served + waiting / this`.
-const BACKLOG_WINDOW: f64 = 0.25;
+/// About the time an urgent report takes to move capacity: a tenant with work queued wants
+/// it done by then, so a backlogged tenant asks for more than any share and gets what its
+/// reservation and weight give it, as dmClock on one server would give it.
+const BACKLOG_WINDOW: f64 = 0.025;
+/// The fraction of the tier a tenant's demand must reach, or fall from, to report urgently.
+const URGENT_FRACTION: f64 = 0.05;
 /// The grain a request still waiting for its first admission counts for when the
 /// configuration does not say (`[gateway.capacity] grain`'s default).
 const DEFAULT_GRAIN: u64 = 1 << 20;
@@ -81,6 +100,9 @@ pub struct Report {
     pub s3: String,
     pub control: String,
     pub tenants: BTreeMap<String, Usage>,
+    /// A demand appeared, jumped or vanished: split again now, not at the next round.
+    #[serde(default)]
+    pub urgent: bool,
 }
 
 /// One tenant at one gateway in the view.
@@ -353,6 +375,9 @@ pub struct Cluster {
     grain: u64,
     throttle: Arc<Throttle>,
     state: Mutex<State>,
+    /// A view pushed by the coordinator (or, on the coordinator, split on another
+    /// gateway's urgent report) waits in [`State::pushed`].
+    pushed: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -371,6 +396,10 @@ struct State {
     fallback: bool,
     /// The capacity this gateway runs on now.
     share: f64,
+    /// A newer view than the last applied, for the loop to apply at once.
+    pushed: Option<View>,
+    /// `updated_ms` of the last view applied: an older one pushed is ignored.
+    applied_ms: u64,
 }
 
 impl Cluster {
@@ -405,7 +434,10 @@ impl Cluster {
                 view: None,
                 fallback: false,
                 share: capacity,
+                pushed: None,
+                applied_ms: 0,
             }),
+            pushed: tokio::sync::Notify::new(),
         }))
     }
 
@@ -427,13 +459,75 @@ impl Cluster {
     }
 
     /// A report from another gateway (already verified): the coordinator's latest view, or
-    /// `None` if this gateway is not coordinating or still warming up.
+    /// `None` if this gateway is not coordinating or still warming up. An urgent report is
+    /// split on at once, and the new view pushed to the other gateways.
     pub fn take_report(&self, report: Report) -> Option<View> {
+        let now = Instant::now();
+        let (urgent, from) = (report.urgent, report.id.clone());
+        let view = {
+            let mut s = self.state();
+            let view = s.view.clone();
+            s.coordinator.as_mut()?.report(now, report);
+            if urgent {
+                self.split_now(&mut s, now)
+            } else {
+                view.filter(|v| v.coordinator.as_deref() == Some(self.id.as_str()))
+            }
+        };
+        if urgent && let Some(v) = &view {
+            self.push(v, &from);
+        }
+        view
+    }
+
+    /// The coordinator's split of the reports it holds, kept as its view.
+    fn split_now(&self, s: &mut State, now: Instant) -> Option<View> {
+        let tenants: BTreeMap<String, TenantQos> = self
+            .throttle
+            .specs()
+            .into_iter()
+            .map(|t| (t.name, t.qos))
+            .collect();
+        let v = s
+            .coordinator
+            .as_mut()?
+            .assign(now, self.capacity, &tenants)?;
+        s.view = Some(v.clone());
+        Some(v)
+    }
+
+    /// Hands `view` to every gateway it names but `except` (which has it as its answer): this
+    /// one through [`State::pushed`], the others by `POST /qos/view`, each on a task of its
+    /// own (a gateway that does not answer delays nobody; it gets its share at its round).
+    fn push(&self, view: &View, except: &str) {
+        let Ok(body) = serde_json::to_vec(view) else {
+            return;
+        };
+        for g in view.gateways.iter().filter(|g| g.id != except) {
+            if g.id == self.id {
+                self.take_view(view.clone());
+                continue;
+            }
+            let (key, url, body) = (self.key.clone(), g.control.clone(), body.clone());
+            tokio::spawn(async move {
+                if let Err(e) = post(&key, &url, "/qos/view", body).await {
+                    tracing::debug!(gateway = %url, error = %e, "a pushed QoS view was not taken");
+                }
+            });
+        }
+    }
+
+    /// A view pushed by the coordinator (already verified): kept for the loop to apply at once
+    /// if it names this gateway and is newer than the last applied. Whether it was taken.
+    pub fn take_view(&self, view: View) -> bool {
         let mut s = self.state();
-        let view = s.view.clone();
-        let c = s.coordinator.as_mut()?;
-        c.report(Instant::now(), report);
-        view.filter(|v| v.coordinator.as_deref() == Some(self.id.as_str()))
+        if view.updated_ms < s.applied_ms || !view.gateways.iter().any(|g| g.id == self.id) {
+            return false;
+        }
+        s.pushed = Some(view);
+        drop(s);
+        self.pushed.notify_one();
+        true
     }
 
     pub fn verify(&self, header: &str, body: &[u8]) -> bool {
@@ -513,25 +607,79 @@ impl Names {
 
 /// Per-tenant cumulative counters, differenced into rates each round.
 ///
-/// A tenant's demand here is what it was served over the round plus the work it has waiting
-/// now, spread over [`BACKLOG_WINDOW`]: the grains it asked for and was not yet granted, and
-/// one grain for each request still waiting for its first admission (all such a request has
-/// asked for is its operation's cost, but a body follows). Without that grain a gateway held
-/// to its floor, whose requests all wait for their first admission, reported almost no
-/// demand and kept its floor: the share that starves a tenant also hid its demand.
+/// A tenant's demand here is what it was served since the last report plus the work it has
+/// waiting now, spread over [`BACKLOG_WINDOW`]: the bytes it asked for and was not yet
+/// granted, and for each request still waiting for its first admission the window a request
+/// asks for once admitted (all such a request has asked for is its operation's cost, but a
+/// body follows: a GET asks for [`sluice_s3::blob::READ_AHEAD_BYTES`] at once, a PUT keeps
+/// [`sluice_s3::blob::WRITE_BEHIND_BYTES`] in flight). Without it a gateway held to its floor,
+/// whose requests all wait for their first admission, reported almost no demand and kept its
+/// floor: the share that starves a tenant also hid its demand.
+///
+/// A tenant that has had nothing asked and nothing waiting for [`IDLE`] demands nothing,
+/// whatever it was served before: the end of a burst gives its share back at once rather
+/// than a round later.
 struct Meter {
     last: HashMap<String, u64>,
     at: Option<Instant>,
-    grain: f64,
+    /// What a request waiting for its first admission counts for (bytes).
+    waiting_bytes: f64,
+    seen: HashMap<String, Seen>,
+}
+
+/// One tenant as the last sample saw it.
+struct Seen {
+    asked: u64,
+    /// When it last had something asked or waiting.
+    active_at: Instant,
+    /// Its demand in the last report.
+    reported: f64,
 }
 
 impl Meter {
     fn new(grain: u64) -> Self {
+        let window = sluice_s3::blob::READ_AHEAD_BYTES
+            .max(sluice_s3::blob::WRITE_BEHIND_BYTES)
+            .max(2 * grain);
         Self {
             last: HashMap::new(),
             at: None,
-            grain: grain as f64,
+            waiting_bytes: window as f64,
+            seen: HashMap::new(),
         }
+    }
+
+    /// The tenant's backlog now (bytes), and whether it is idle: nothing asked since the last
+    /// look, nothing waiting, for [`IDLE`].
+    fn observe(&mut self, u: &sluice_throttle::TenantUsage, now: Instant) -> (f64, bool) {
+        let backlog =
+            u.asked.saturating_sub(u.served) as f64 + u.waiting as f64 * self.waiting_bytes;
+        let seen = self.seen.entry(u.name.clone()).or_insert(Seen {
+            asked: u.asked,
+            active_at: now,
+            reported: 0.0,
+        });
+        if backlog > 0.0 || u.asked != seen.asked {
+            seen.active_at = now;
+        }
+        seen.asked = u.asked;
+        (backlog, now.duration_since(seen.active_at) >= IDLE)
+    }
+
+    /// Whether this gateway should report now, between rounds: a tenant's backlog alone
+    /// demands more than twice what it last reported and at least [`URGENT_FRACTION`] of
+    /// `capacity`, or a tenant that reported that much has gone idle.
+    fn urgent(&mut self, throttle: &Throttle, now: Instant, capacity: f64) -> bool {
+        let least = URGENT_FRACTION * capacity;
+        let mut urgent = false;
+        for u in throttle.usage() {
+            let (backlog, idle) = self.observe(&u, now);
+            let reported = self.seen.get(&u.name).map_or(0.0, |s| s.reported);
+            let wants = backlog / BACKLOG_WINDOW;
+            urgent |= wants >= least && wants > 2.0 * reported;
+            urgent |= idle && reported >= least;
+        }
+        urgent
     }
 
     fn rates(&mut self, throttle: &Throttle, now: Instant) -> BTreeMap<String, Usage> {
@@ -542,14 +690,22 @@ impl Meter {
         self.at = Some(now);
         let mut out = BTreeMap::new();
         for u in throttle.usage() {
+            let (backlog, idle) = self.observe(&u, now);
             let served0 = self.last.get(&u.name).copied().unwrap_or(u.served);
             let served = u.served.saturating_sub(served0) as f64 / dt;
-            let waiting = u.asked.saturating_sub(u.served) as f64 + u.waiting as f64 * self.grain;
             self.last.insert(u.name.clone(), u.served);
+            let demand = if idle {
+                0.0
+            } else {
+                served + backlog / BACKLOG_WINDOW
+            };
+            if let Some(seen) = self.seen.get_mut(&u.name) {
+                seen.reported = demand;
+            }
             out.insert(
                 u.name,
                 Usage {
-                    demand_bps: served + waiting / BACKLOG_WINDOW,
+                    demand_bps: demand,
                     served_bps: served,
                 },
             );
@@ -571,9 +727,30 @@ pub async fn run(
     let mut coordinator_url: Option<String> = None;
     let mut tick = tokio::time::interval(ROUND);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sample = tokio::time::interval(SAMPLE);
+    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
+        let mut urgent = false;
         tokio::select! {
             _ = tick.tick() => {}
+            _ = sample.tick() => {
+                if !meter.urgent(&cluster.throttle, Instant::now(), cluster.capacity) {
+                    continue;
+                }
+                urgent = true;
+            }
+            () = cluster.pushed.notified() => {
+                let pushed = cluster.state().pushed.take();
+                if let Some(view) = pushed {
+                    let now = Instant::now();
+                    if let Action::Apply(share) = member.round(now, Some(&view)) {
+                        let applied = view.updated_ms;
+                        cluster.state().view = Some(view);
+                        apply(&cluster, &member, share, applied).await;
+                    }
+                }
+                continue;
+            }
             _ = stop.changed() => break,
         }
         let now = Instant::now();
@@ -606,6 +783,7 @@ pub async fn run(
             s3: cluster.s3.clone(),
             control: cluster.control.clone(),
             tenants: meter.rates(&cluster.throttle, now),
+            urgent,
         };
         let view = if cluster.state().coordinator.is_some() {
             coordinate(&cluster, now, report)
@@ -622,6 +800,7 @@ pub async fn run(
         };
         let was = member.fallback();
         let action = member.round(now, view.as_ref());
+        let applied = view.as_ref().map_or(0, |v| v.updated_ms);
         if let Some(v) = view {
             cluster.state().view = Some(v);
         }
@@ -640,15 +819,7 @@ pub async fn run(
             tracing::info!("the QoS coordinator is back: pacing to the assigned share");
         }
         if let Some(share) = share {
-            let capacity = share.capacity;
-            match cluster.throttle.set_share(Some(share)).await {
-                Ok(()) => {
-                    let mut s = cluster.state();
-                    s.share = capacity;
-                    s.fallback = member.fallback();
-                }
-                Err(e) => tracing::warn!(error = %e, "the assigned share was not applied"),
-            }
+            apply(&cluster, &member, share, applied).await;
         }
     }
     let was_coordinating = cluster.state().coordinator.take().is_some();
@@ -658,18 +829,33 @@ pub async fn run(
     }
 }
 
-/// The coordinator's own round: its report, then the split.
+/// Runs this gateway on `share`, from a view of `updated_ms` (0: the fallback's).
+async fn apply(cluster: &Cluster, member: &Member, share: Share, updated_ms: u64) {
+    let capacity = share.capacity;
+    match cluster.throttle.set_share(Some(share)).await {
+        Ok(()) => {
+            let mut s = cluster.state();
+            s.share = capacity;
+            s.fallback = member.fallback();
+            s.applied_ms = s.applied_ms.max(updated_ms);
+        }
+        Err(e) => tracing::warn!(error = %e, "the assigned share was not applied"),
+    }
+}
+
+/// The coordinator's own round: its report, then the split; an urgent one's view is pushed
+/// to the other gateways at once.
 fn coordinate(cluster: &Cluster, now: Instant, report: Report) -> Option<View> {
-    let tenants: BTreeMap<String, TenantQos> = cluster
-        .throttle
-        .specs()
-        .into_iter()
-        .map(|t| (t.name, t.qos))
-        .collect();
-    let mut s = cluster.state();
-    let c = s.coordinator.as_mut()?;
-    c.report(now, report);
-    c.assign(now, cluster.capacity, &tenants)
+    let urgent = report.urgent;
+    let view = {
+        let mut s = cluster.state();
+        s.coordinator.as_mut()?.report(now, report);
+        cluster.split_now(&mut s, now)
+    };
+    if urgent && let Some(v) = &view {
+        cluster.push(v, &cluster.id);
+    }
+    view
 }
 
 /// Takes or renews the lease: `None` when this gateway holds it, else the holder's name.
@@ -696,6 +882,24 @@ async fn elect(
 /// when it is warming up.
 async fn send(key: &hmac::Key, url: &str, report: &Report) -> Result<Option<View>, String> {
     let body = serde_json::to_vec(report).map_err(|e| e.to_string())?;
+    let (status, answer) = post(key, url, "/qos/report", body).await?;
+    match status.as_str() {
+        "200" => serde_json::from_slice(&answer)
+            .map(Some)
+            .map_err(|e| e.to_string()),
+        "503" => Ok(None),
+        other => Err(format!("the coordinator answered {other}")),
+    }
+}
+
+/// A signed `POST path` of `body` to the control listener at `url` (`http://host:port`):
+/// the answer's status and body.
+async fn post(
+    key: &hmac::Key,
+    url: &str,
+    path: &str,
+    body: Vec<u8>,
+) -> Result<(String, Vec<u8>), String> {
     let addr = url.strip_prefix("http://").unwrap_or(url).to_owned();
     let signature = sign(key, sluice_meta::now_ms(), &body);
     let exchange = async move {
@@ -703,7 +907,7 @@ async fn send(key: &hmac::Key, url: &str, report: &Report) -> Result<Option<View
             .await
             .map_err(|e| e.to_string())?;
         let head = format!(
-            "POST /qos/report HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
              Content-Length: {}\r\n{SIGNATURE}: {signature}\r\nConnection: close\r\n\r\n",
             body.len()
         );
@@ -728,14 +932,8 @@ async fn send(key: &hmac::Key, url: &str, report: &Report) -> Result<Option<View
         .position(|w| w == b"\r\n\r\n")
         .ok_or("no HTTP head in the answer")?;
     let head = String::from_utf8_lossy(&answer[..split_at]);
-    let status = head.split_whitespace().nth(1).unwrap_or("");
-    match status {
-        "200" => serde_json::from_slice(&answer[split_at + 4..])
-            .map(Some)
-            .map_err(|e| e.to_string()),
-        "503" => Ok(None),
-        other => Err(format!("the coordinator answered {other}")),
-    }
+    let status = head.split_whitespace().nth(1).unwrap_or("").to_owned();
+    Ok((status, answer[split_at + 4..].to_vec()))
 }
 
 #[cfg(test)]

@@ -343,8 +343,8 @@ impl Control {
         }
     }
 
-    /// `GET /qos/cluster` (the admin token) and `POST /qos/report` (a gateway's signed
-    /// report; see `cluster`).
+    /// `GET /qos/cluster` (the admin token), `POST /qos/report` (a gateway's signed report)
+    /// and `POST /qos/view` (the coordinator's signed view, pushed; see `cluster`).
     async fn qos(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
         use http_body_util::BodyExt as _;
         let reply = |status: StatusCode, body: String| {
@@ -429,9 +429,43 @@ impl Control {
                     ),
                 }
             }
+            (hyper::Method::POST, "/qos/view") => {
+                let signature = req
+                    .headers()
+                    .get(crate::cluster::SIGNATURE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned)
+                    .unwrap_or_default();
+                let body = match http_body_util::Limited::new(req.into_body(), 4 << 20)
+                    .collect()
+                    .await
+                {
+                    Ok(b) => b.to_bytes(),
+                    Err(e) => {
+                        return error(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"));
+                    }
+                };
+                if !cluster.verify(&signature, &body) {
+                    tracing::warn!("a pushed QoS view without a valid signature refused");
+                    return error(
+                        StatusCode::FORBIDDEN,
+                        "not a signed view of this deployment",
+                    );
+                }
+                match serde_json::from_slice::<crate::cluster::View>(&body) {
+                    Ok(view) => {
+                        let taken = cluster.take_view(view);
+                        reply(
+                            StatusCode::OK,
+                            serde_json::json!({ "taken": taken }).to_string(),
+                        )
+                    }
+                    Err(e) => error(StatusCode::BAD_REQUEST, &format!("not a view: {e}")),
+                }
+            }
             _ => error(
                 StatusCode::METHOD_NOT_ALLOWED,
-                "GET /qos/cluster or POST /qos/report",
+                "GET /qos/cluster, POST /qos/report or POST /qos/view",
             ),
         }
     }

@@ -138,7 +138,11 @@ impl Gateway {
         let local = matches!(config.backend, sluice_config::Backend::Local);
         let backend = open_backend(config)?;
         let blobs = BlobStore::new(Arc::clone(&backend), grain, part_size(config, grain));
-        let blobs = Arc::new(if local {
+        // Behind an emulated device every read must go through the store, grain by grain: a
+        // GET on local files opens the blob once (one grain charged to the device) and reads
+        // or sends the rest from the file itself, which the device never sees, so a tier
+        // shared by several gateways would not carry their reads.
+        let blobs = Arc::new(if local && config.emulate.is_none() {
             blobs.with_local_files()
         } else {
             blobs

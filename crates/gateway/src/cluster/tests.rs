@@ -21,6 +21,7 @@ fn report(id: &str, tenants: &[(&str, f64)]) -> Report {
                 )
             })
             .collect(),
+        urgent: false,
     }
 }
 
@@ -325,4 +326,185 @@ fn without_advertise_the_bound_addresses_name_the_gateway() {
             control: "http://10.0.0.1:9100".into(),
         }
     );
+}
+
+fn throttle(bandwidth: f64, tenants: &[&str]) -> Arc<Throttle> {
+    use sluice_throttle::{Policy, TenantSpec, ThrottleConfig};
+    Throttle::start(
+        ThrottleConfig {
+            policy: Policy::DmClock,
+            bandwidth,
+            ops: 8000.0,
+            queue_depth: 64,
+            lookahead: sluice_throttle::DEFAULT_LOOKAHEAD,
+        },
+        tenants
+            .iter()
+            .map(|t| TenantSpec {
+                name: (*t).to_owned(),
+                qos: TenantQos::new(0.0, 1.0, None).expect("valid"),
+            })
+            .collect(),
+    )
+    .expect("start")
+}
+
+/// A burst's onset and its end are reported between rounds: the victim's read waited up to
+/// two rounds (its gateway's next report, then the other gateway's) for the capacity it
+/// needed, and its share stayed with it for a round after it was done, the served rate of
+/// the round still counting as demand.
+#[tokio::test(start_paused = true)]
+async fn a_burst_and_its_end_are_urgent_and_an_idle_tenant_demands_nothing() {
+    let cap = 100.0 * MIB;
+    let throttle = throttle(cap, &["v"]);
+    throttle
+        .set_share(Some(Share {
+            capacity: 2.5 * MIB,
+            tenants: HashMap::new(),
+            scale: 0.5,
+        }))
+        .await
+        .expect("the floor");
+    let mut meter = Meter::new(256 << 10);
+    let _ = meter.rates(&throttle, Instant::now());
+    tokio::time::advance(SAMPLE).await;
+    assert!(
+        !meter.urgent(&throttle, Instant::now(), cap),
+        "nothing asked: nothing to say"
+    );
+    // One grain books the floor for 100 ms; a GET then waits for its first admission.
+    throttle.admit_bytes("v", 256 << 10).await;
+    let t = Arc::clone(&throttle);
+    let get = tokio::spawn(async move { t.admit_op("v").await });
+    tokio::task::yield_now().await;
+    assert!(
+        meter.urgent(&throttle, Instant::now(), cap),
+        "a request waiting on a gateway that reported nothing"
+    );
+    let usage = meter.rates(&throttle, Instant::now());
+    assert!(
+        usage["v"].demand_bps >= cap,
+        "a waiting GET asks for its read-ahead within the backlog window: {:?}",
+        usage["v"]
+    );
+    // Sampled as the loop samples, until the GET is admitted (the floor's grain takes 100 ms).
+    while !get.is_finished() {
+        tokio::time::advance(SAMPLE).await;
+        tokio::task::yield_now().await;
+        assert!(
+            !meter.urgent(&throttle, Instant::now(), cap),
+            "the same backlog again is not news"
+        );
+    }
+    get.await.expect("joined").expect("admitted");
+    // Everything granted: idle once IDLE has passed with nothing asked (as sampled, so
+    // between IDLE and IDLE + SAMPLE after it was).
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(!meter.urgent(&throttle, Instant::now(), cap));
+    tokio::time::advance(IDLE).await;
+    assert!(
+        meter.urgent(&throttle, Instant::now(), cap),
+        "a tenant that demanded the tier has gone idle"
+    );
+    let usage = meter.rates(&throttle, Instant::now());
+    assert!(
+        usage["v"].demand_bps.abs() < f64::EPSILON,
+        "{:?}",
+        usage["v"]
+    );
+    tokio::time::advance(SAMPLE).await;
+    assert!(
+        !meter.urgent(&throttle, Instant::now(), cap),
+        "its end was reported once"
+    );
+}
+
+fn coordinating_cluster(throttle: Arc<Throttle>) -> Arc<Cluster> {
+    let text = "[gateway]\nlisten = \"127.0.0.1:9000\"\nmetrics_listen = \"127.0.0.1:9100\"\n\
+                [gateway.capacity]\nbandwidth = \"100MiB/s\"\n\
+                [catalog]\nurl = \"postgres://u:p@db:5432/sluice\"\n";
+    let config = sluice_config::Config::parse(text, std::path::Path::new("/etc/sluice.toml"))
+        .expect("valid");
+    let c = Cluster::new(
+        &config,
+        throttle,
+        "127.0.0.1:9000".parse().expect("addr"),
+        "127.0.0.1:9100".parse().expect("addr"),
+    )
+    .expect("cluster");
+    c.state().coordinator = Some(Coordinator::new(&c.id, Instant::now()));
+    c
+}
+
+/// An urgent report is split on at once, the reporter answered with its new share and the
+/// coordinator's own gateway handed the new view: a plain report is answered with the view
+/// of the coordinator's last round, which knew nothing of the burst.
+#[tokio::test(start_paused = true)]
+async fn an_urgent_report_is_split_at_once_and_the_view_pushed() {
+    let cap = 100.0 * MIB;
+    let c = coordinating_cluster(throttle(cap, &["v", "agg"]));
+    let me = c.id.clone();
+    tokio::time::advance(WARMUP).await;
+    c.state()
+        .coordinator
+        .as_mut()
+        .expect("coordinating")
+        .report(Instant::now(), report(&me, &[("agg", 500.0 * MIB)]));
+    assert!(c.take_report(report("g2", &[])).is_none(), "no round yet");
+    let round =
+        coordinate(&c, Instant::now(), report(&me, &[("agg", 500.0 * MIB)])).expect("a view");
+    let g2 = |v: &View| {
+        v.gateways
+            .iter()
+            .find(|g| g.id == "g2")
+            .expect("g2")
+            .capacity_bps
+    };
+    assert!(g2(&round) < 0.1 * cap, "g2 idle: its floor: {round:?}");
+    assert!(c.state().pushed.is_none(), "a round pushes nothing");
+    let mut burst = report("g2", &[("v", 400.0 * MIB)]);
+    let plain = c.take_report(burst.clone()).expect("the round's view");
+    assert!((g2(&plain) - g2(&round)).abs() < 1.0, "not split again");
+    burst.urgent = true;
+    let urgent = c.take_report(burst).expect("split at once");
+    assert!(
+        g2(&urgent) > 0.45 * cap,
+        "the burst's gateway has its half: {urgent:?}"
+    );
+    let pushed = c
+        .state()
+        .pushed
+        .clone()
+        .expect("pushed to the coordinator's own gateway");
+    assert_eq!(pushed, urgent);
+    assert_eq!(c.view(), urgent);
+}
+
+/// A pushed view older than the one applied, or one that does not name this gateway, is not
+/// taken: a replay within the signature's window cannot roll a share back.
+#[tokio::test(start_paused = true)]
+async fn a_pushed_view_is_taken_only_if_newer_and_naming_this_gateway() {
+    let c = coordinating_cluster(throttle(100.0 * MIB, &["v"]));
+    let view = |ms: u64, id: &str| View {
+        coordinator: Some("g9".into()),
+        updated_ms: ms,
+        fallback: false,
+        gateways: vec![GatewayView {
+            id: id.to_owned(),
+            s3: String::new(),
+            control: String::new(),
+            capacity_bps: MIB,
+            age_ms: 0,
+            tenants: BTreeMap::new(),
+        }],
+    };
+    c.state().applied_ms = 1_000;
+    assert!(!c.take_view(view(999, &c.id)), "older than the one applied");
+    assert!(
+        !c.take_view(view(2_000, "someone-else")),
+        "not this gateway's"
+    );
+    assert!(c.state().pushed.is_none());
+    assert!(c.take_view(view(2_000, &c.id)));
+    assert_eq!(c.state().pushed.as_ref().map(|v| v.updated_ms), Some(2_000));
 }
