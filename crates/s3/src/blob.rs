@@ -53,7 +53,7 @@ pub mod integrity;
 use buffers::ReadBuffers;
 use integrity::{ChunkHasher, ReadLabel, Verify};
 
-use sluice_serve::sendfile::{Mapped, PLACEHOLDER_MAX, SendfileLane};
+use sluice_serve::sendfile::{PLACEHOLDER_MAX, SendfileLane};
 use sluice_store::{BlobCrc, BlobCrcSlot};
 
 /// The largest transfer issued to the backend at once on reads, and the part size on backends
@@ -414,9 +414,9 @@ impl BlobStore {
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 (want_lo, want_hi, self.grain)
             };
-            // On the sendfile lane a verified segment's grains are mapped, checked where they
-            // are in the page cache, and sent from there ([`map_grain`]); elsewhere (TLS,
-            // HTTP/2, other backends) read into buffers and checked there. Either way, on
+            // A verified segment is read into buffers and checked there, not sent by the
+            // connection with `sendfile`: checking the pages first (a second read of each)
+            // measured far slower than the buffered path (docs/integrity.md). Either way, on
             // local files every grain of the segment reads from one open file.
             let blob = self.local_files.then(|| {
                 Arc::new(BlobFile {
@@ -424,6 +424,7 @@ impl BlobStore {
                     end: fetch_hi,
                 })
             });
+            let send = send && verify.is_none();
             let mut at = fetch_lo;
             while at < fetch_hi {
                 let to = fetch_hi.min(at + step);
@@ -459,9 +460,6 @@ impl BlobStore {
                         .admit_counted(r.end - r.start, 0, want.end - want.start)
                         .await;
                     let grain = match file {
-                        Some(blob) if send && verify.is_some() => {
-                            map_grain(&store, &path, r.clone(), &blob, buffers.clone()).await?
-                        }
                         Some(blob) if send => {
                             send_grain(&store, &path, r.clone(), &blob, buffers.clone()).await?
                         }
@@ -499,14 +497,11 @@ impl BlobStore {
         let stream = fetched
             .map(move |grain| match grain? {
                 Grain::Bytes(b) => Ok(b),
-                Grain::File(file, r, mapped) => lane
+                Grain::File(file, r) => lane
                     .as_ref()
                     .and_then(|lane| {
                         let len = usize::try_from(r.end - r.start).ok()?;
-                        match mapped {
-                            Some(m) => lane.stand_in_mapped(file, r.start, len, m),
-                            None => lane.stand_in(file, r.start, len),
-                        }
+                        lane.stand_in(file, r.start, len)
                     })
                     .ok_or_else(|| object_store::Error::Generic {
                         store: "sluice",
@@ -641,9 +636,7 @@ pub fn read_inline(pacer: &Pacer, body: Bytes, range: Range<u64>) -> ReadStream 
 /// A fetched grain: its bytes, or (to be sent by the connection) the open file and range.
 enum Grain {
     Bytes(Bytes),
-    /// The file, the range to send, and for a verified grain its pages, mapped to be checked
-    /// where they are and held until sent ([`Mapped`]).
-    File(Arc<std::fs::File>, Range<u64>, Option<Arc<Mapped>>),
+    File(Arc<std::fs::File>, Range<u64>),
 }
 
 impl Grain {
@@ -655,7 +648,7 @@ impl Grain {
                 let to = usize::try_from(want.end - offset).unwrap_or(usize::MAX);
                 Self::Bytes(b.slice(from.min(b.len())..to.min(b.len())))
             }
-            Self::File(file, _, mapped) => Self::File(file, want, mapped),
+            Self::File(file, _) => Self::File(file, want),
         }
     }
 }
@@ -672,9 +665,9 @@ struct GrainSpec {
     verify: Option<Verify>,
 }
 
-/// Checks a grain fetched from `offset` of its blob against its checksums: its bytes, or
-/// the mapped pages a file grain is sent from ([`map_grain`]). A file grain without them
-/// would go out unchecked: a broken invariant, refused.
+/// Checks a grain fetched from `offset` of its blob against its checksums. Verified
+/// segments are never handed to the sendfile lane (see [`BlobStore::read_labeled`]), so a
+/// file grain here is a broken invariant, refused rather than sent unchecked.
 fn verified(
     grain: Grain,
     offset: u64,
@@ -682,10 +675,7 @@ fn verified(
 ) -> object_store::Result<Result<Grain, integrity::Corrupt>> {
     match grain {
         Grain::Bytes(b) => Ok(verify.check(offset, &b).map(|()| Grain::Bytes(b))),
-        Grain::File(file, range, Some(mapped)) => Ok(verify
-            .check(offset, mapped.bytes())
-            .map(|()| Grain::File(file, range, Some(mapped)))),
-        Grain::File(_, _, None) => Err(object_store::Error::Generic {
+        Grain::File(..) => Err(object_store::Error::Generic {
             store: "sluice",
             source: "a verified grain was to be sent from its file unchecked".into(),
         }),
@@ -799,59 +789,8 @@ async fn send_grain(
         return fetch(store, path, range, buffers).await;
     }
     match open_blob(store, path, range.clone(), blob).await? {
-        Some(file) => Ok(Grain::File(Arc::clone(file), range, None)),
+        Some(file) => Ok(Grain::File(Arc::clone(file), range)),
         None => fetch(store, path, range, buffers).await,
-    }
-}
-
-/// `range` of a verified blob, for the connection to send from the blob's file once its
-/// pages are checked: they are mapped and faulted in ([`Mapped`]) by a blocking call, so that
-/// [`verified`] checks them where they are in the page cache and the connection sends the
-/// same pages by `sendfile`, with no copy through a buffer (`docs/integrity.md`). Where pages
-/// cannot be mapped safely (an old kernel, not Linux), or the grain is longer than a
-/// placeholder, the grain is read into a buffer as [`read_grain`] does.
-async fn map_grain(
-    store: &Arc<dyn ObjectStore>,
-    path: &Path,
-    range: Range<u64>,
-    blob: &BlobFile,
-    buffers: ReadBuffers,
-) -> object_store::Result<Grain> {
-    let Ok(len) = usize::try_from(range.end - range.start) else {
-        return read_grain(store, path, range, blob, buffers).await;
-    };
-    if len == 0 || len > PLACEHOLDER_MAX {
-        return read_grain(store, path, range, blob, buffers).await;
-    }
-    let Some(file) = open_blob(store, path, range.clone(), blob).await? else {
-        return fetch(store, path, range, buffers).await;
-    };
-    let file = Arc::clone(file);
-    let mapping = {
-        let file = Arc::clone(&file);
-        let at = range.start;
-        tokio::task::spawn_blocking(move || {
-            // All of it is about to be faulted in: have the kernel read it at once.
-            if let Some(n) = std::num::NonZeroU64::new(len as u64) {
-                let _ = rustix::fs::fadvise(&*file, at, Some(n), rustix::fs::Advice::WillNeed);
-            }
-            Mapped::map(&file, at, len)
-        })
-        .await
-        .map_err(|e| object_store::Error::Generic {
-            store: "sluice",
-            source: Box::new(e),
-        })?
-    };
-    match mapping {
-        Ok(mapped) => Ok(Grain::File(file, range, Some(Arc::new(mapped)))),
-        Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
-            read_grain(store, path, range, blob, buffers).await
-        }
-        Err(source) => Err(object_store::Error::Generic {
-            store: "LocalFileSystem",
-            source: format!("reading blob {path}: {source}").into(),
-        }),
     }
 }
 

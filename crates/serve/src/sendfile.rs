@@ -4,11 +4,9 @@
 //! connection's end (the writer under hyper that sends the stretch for the placeholder).
 
 mod lane;
-mod mapped;
 mod socket;
 
 pub use lane::{PLACEHOLDER_MAX, Send, SendfileLane, bytes_stood_in};
-pub use mapped::Mapped;
 pub use socket::{ROOM_WAIT, SEND_WAIT, SendfileSocket, WithLane, stalls};
 
 /// The process's sendfile counters in Prometheus text (`# TYPE` lines included), for the

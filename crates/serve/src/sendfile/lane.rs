@@ -26,8 +26,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
-use super::Mapped;
-
 /// The longest stretch one placeholder stands for: the largest grain (`gateway.capacity.grain`
 /// is at most 16 MiB).
 pub const PLACEHOLDER_MAX: usize = 16 * 1024 * 1024;
@@ -51,8 +49,6 @@ struct Stretch {
     offset: u64,
     len: u64,
     sent: u64,
-    /// The stretch's pages, checked, held mapped (so in the page cache) until sent.
-    _kept: Option<Arc<Mapped>>,
 }
 
 /// What to send for a placeholder: `len` bytes of `file` from `offset`.
@@ -76,29 +72,6 @@ impl SendfileLane {
     /// the body yields the placeholder: a stretch queued ahead of it would fail the writes
     /// before it (see [`Self::is_pending`]).
     pub fn stand_in(&self, file: Arc<File>, offset: u64, len: usize) -> Option<Bytes> {
-        self.stand_in_kept(file, offset, len, None)
-    }
-
-    /// [`Self::stand_in`] for a stretch whose pages were checked through `mapped` (see
-    /// [`super::Mapped`]): the mapping is held until the stretch is sent, so the pages sent
-    /// are the pages checked.
-    pub fn stand_in_mapped(
-        &self,
-        file: Arc<File>,
-        offset: u64,
-        len: usize,
-        mapped: Arc<Mapped>,
-    ) -> Option<Bytes> {
-        self.stand_in_kept(file, offset, len, Some(mapped))
-    }
-
-    fn stand_in_kept(
-        &self,
-        file: Arc<File>,
-        offset: u64,
-        len: usize,
-        kept: Option<Arc<Mapped>>,
-    ) -> Option<Bytes> {
         if len == 0 || len > PLACEHOLDER_MAX {
             return None;
         }
@@ -108,7 +81,6 @@ impl SendfileLane {
             offset,
             len: len as u64,
             sent: 0,
-            _kept: kept,
         });
         Some(Bytes::from_static(&PLACEHOLDER[..len]))
     }
