@@ -6,7 +6,11 @@
 //! (each gateway's `data_dir/objects` is a link to it) and one catalog, so that a shard the
 //! victim wrote through gateway 1 and a checkpoint written through gateway 2 queue on the same
 //! device. Both gateways run dmClock with the tier's capacity as `[gateway.capacity]` and the
-//! same tenants as `dmclock`; the scenarios differ only in whether they share it:
+//! same tenants as `dmclock` (the victim with a reservation and weight 20, the aggressor with
+//! weight 1 and no limit, so that its checkpoint alone can fill the tier, as a real
+//! neighbour's burst would); behind the emulated device each gateway reads every grain
+//! through it, so the victim's reads and the aggressor's writes queue on the one device. The
+//! scenarios differ only in whether they share it:
 //!
 //! - `two_gateways_uncoordinated` (`coordinate = false` on both): each gateway paces its own
 //!   traffic to the whole capacity, so together they admit up to twice what the tier serves,
@@ -383,6 +387,11 @@ mod tests {
             "coordination is the default: {extra}"
         );
         assert!(tenants.contains("reservation = \"40MiB/s\""), "{tenants}");
+        // The aggressor (`bench`, whose settings come first) has a weight and no limit: its
+        // checkpoint alone can saturate the tier, so uncoordinated gateways overload it.
+        let aggressor = tenants.split("[[tenant]]").next().unwrap_or_default();
+        assert_eq!(aggressor, "weight = 1\n", "{tenants}");
+        assert!(!tenants.contains("limit"), "{tenants}");
         let (uncoordinated, _) = gateway_toml(
             &cfg,
             Kind::Uncoordinated,
