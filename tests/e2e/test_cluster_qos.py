@@ -19,6 +19,8 @@ of 4 MiB GETs is far from CPU-bound, and the client reads each body in 256 KiB c
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import subprocess
 import threading
@@ -59,6 +61,7 @@ class Cluster:
     gateways: list[Gateway]
     metrics_ports: list[int]
     dead: set[int] = field(default_factory=set)
+    catalog_url: str = ""
 
     def view(self, i: int) -> dict:
         r = requests.get(f"http://127.0.0.1:{self.metrics_ports[i]}/qos/cluster", timeout=5,
@@ -106,7 +109,7 @@ def cluster(postgres, tmp_path_factory):  # noqa: F811
             c = gateways[0].client(t.id)
             c.create_bucket(Bucket=f"data-{t.id}")
             c.put_object(Bucket=f"data-{t.id}", Key="shard", Body=bytes([len(t.id)]) * OBJECT)
-        c = Cluster(gateways, ports)
+        c = Cluster(gateways, ports, catalog_url=url)
         wait_for_split(c)
         yield c
     finally:
@@ -252,6 +255,34 @@ def test_a_reservation_is_met_while_a_heavier_neighbour_floods_the_other_gateway
     assert rates["reserved"] >= 0.95 * 24, rates
     # The flood gets the rest: the reservation is not met by leaving the tier idle.
     assert rates["reserved"] + rates["flood"] >= 0.85 * 48, rates
+
+
+def signed(catalog_url: str, body: bytes) -> str:
+    """The `x-sluice-cluster` header for `body` now, under the key a deployment without a
+    seal key file derives from its catalog URL (docs/cluster-qos.md)."""
+    key = hmac.new(catalog_url.encode(), b"sluice qos cluster reports", hashlib.sha256).digest()
+    ms = int(time.time() * 1000)
+    tag = hmac.new(key, f"{ms}\n".encode() + body, hashlib.sha256).hexdigest()
+    return f"{ms}.{tag}"
+
+
+def test_a_pushed_view_must_be_signed_and_newer_than_the_one_applied(cluster):
+    url = f"http://127.0.0.1:{cluster.metrics_ports[1]}/qos/view"
+    view = cluster.view(1)
+    stale = dict(view, updated_ms=1)
+    body = json.dumps(stale).encode()
+    r = requests.post(url, data=body, timeout=5)
+    assert r.status_code == 403, r.text
+    r = requests.post(url, data=body, timeout=5, headers={"x-sluice-cluster": "1.00"})
+    assert r.status_code == 403, r.text
+    # Signed, but older than the view the gateway runs on: a replay cannot roll it back.
+    r = requests.post(url, data=body, timeout=5,
+                      headers={"x-sluice-cluster": signed(cluster.catalog_url, body)})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"taken": False}
+    r = requests.post(url, data=b"{}", timeout=5,
+                      headers={"x-sluice-cluster": signed(cluster.catalog_url, b"{}")})
+    assert r.status_code == 400, r.text
 
 
 def test_a_killed_gateways_share_is_reassigned_within_two_seconds(cluster):
