@@ -21,8 +21,8 @@
 //!   report without waiting for its round, answers the reporter with its new share and pushes
 //!   the new view to every other gateway (`POST /qos/view`, signed as reports are), so that a
 //!   burst's onset moves capacity toward it, and its end back, within a few milliseconds
-//!   instead of up to two rounds. A gateway applies a pushed view only if it is newer than the
-//!   last it applied.
+//!   instead of up to two rounds. A gateway applies a view (pushed, or a round's answer) only
+//!   if it is not older than the last it applied from the same coordinator.
 //! - **Authentication.** A report carries `x-sluice-cluster: <ms>.<hex>`, an HMAC-SHA256 of
 //!   the time and the body under a key derived from what every gateway of the deployment
 //!   already shares and a tenant never holds (the seal key file, else the catalog's URL with
@@ -398,8 +398,16 @@ struct State {
     share: f64,
     /// A newer view than the last applied, for the loop to apply at once.
     pushed: Option<View>,
-    /// `updated_ms` of the last view applied: an older one pushed is ignored.
-    applied_ms: u64,
+    /// The coordinator and `updated_ms` of the last view applied: an older one from the same
+    /// coordinator is ignored (a new coordinator's clock may be behind: its views are taken).
+    applied: (Option<String>, u64),
+}
+
+impl State {
+    /// Whether `view` is older than the one applied, from the same coordinator.
+    fn stale(&self, view: &View) -> bool {
+        view.coordinator == self.applied.0 && view.updated_ms < self.applied.1
+    }
 }
 
 impl Cluster {
@@ -435,7 +443,7 @@ impl Cluster {
                 fallback: false,
                 share: capacity,
                 pushed: None,
-                applied_ms: 0,
+                applied: (None, 0),
             }),
             pushed: tokio::sync::Notify::new(),
         }))
@@ -521,7 +529,7 @@ impl Cluster {
     /// if it names this gateway and is newer than the last applied. Whether it was taken.
     pub fn take_view(&self, view: View) -> bool {
         let mut s = self.state();
-        if view.updated_ms < s.applied_ms || !view.gateways.iter().any(|g| g.id == self.id) {
+        if s.stale(&view) || !view.gateways.iter().any(|g| g.id == self.id) {
             return false;
         }
         s.pushed = Some(view);
@@ -744,7 +752,7 @@ pub async fn run(
                 if let Some(view) = pushed {
                     let now = Instant::now();
                     if let Action::Apply(share) = member.round(now, Some(&view)) {
-                        let applied = view.updated_ms;
+                        let applied = Some((view.coordinator.clone(), view.updated_ms));
                         cluster.state().view = Some(view);
                         apply(&cluster, &member, share, applied).await;
                     }
@@ -798,9 +806,11 @@ pub async fn run(
         } else {
             None
         };
+        // A round's answer older than a view pushed meanwhile (and applied) is stale.
+        let view = view.filter(|v| !cluster.state().stale(v));
         let was = member.fallback();
         let action = member.round(now, view.as_ref());
-        let applied = view.as_ref().map_or(0, |v| v.updated_ms);
+        let applied = view.as_ref().map(|v| (v.coordinator.clone(), v.updated_ms));
         if let Some(v) = view {
             cluster.state().view = Some(v);
         }
@@ -829,15 +839,25 @@ pub async fn run(
     }
 }
 
-/// Runs this gateway on `share`, from a view of `updated_ms` (0: the fallback's).
-async fn apply(cluster: &Cluster, member: &Member, share: Share, updated_ms: u64) {
+/// Runs this gateway on `share`, from the view of `stamp` (its coordinator and `updated_ms`;
+/// `None`: the fallback's).
+async fn apply(
+    cluster: &Cluster,
+    member: &Member,
+    share: Share,
+    stamp: Option<(Option<String>, u64)>,
+) {
     let capacity = share.capacity;
     match cluster.throttle.set_share(Some(share)).await {
         Ok(()) => {
             let mut s = cluster.state();
             s.share = capacity;
             s.fallback = member.fallback();
-            s.applied_ms = s.applied_ms.max(updated_ms);
+            if let Some(stamp) = stamp
+                && !(stamp.0 == s.applied.0 && stamp.1 < s.applied.1)
+            {
+                s.applied = stamp;
+            }
         }
         Err(e) => tracing::warn!(error = %e, "the assigned share was not applied"),
     }

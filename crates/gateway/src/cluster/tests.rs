@@ -480,8 +480,9 @@ async fn an_urgent_report_is_split_at_once_and_the_view_pushed() {
     assert_eq!(c.view(), urgent);
 }
 
-/// A pushed view older than the one applied, or one that does not name this gateway, is not
-/// taken: a replay within the signature's window cannot roll a share back.
+/// A pushed view older than the one applied from the same coordinator, or one that does not
+/// name this gateway, is not taken: a replay within the signature's window cannot roll a
+/// share back.
 #[tokio::test(start_paused = true)]
 async fn a_pushed_view_is_taken_only_if_newer_and_naming_this_gateway() {
     let c = coordinating_cluster(throttle(100.0 * MIB, &["v"]));
@@ -498,7 +499,7 @@ async fn a_pushed_view_is_taken_only_if_newer_and_naming_this_gateway() {
             tenants: BTreeMap::new(),
         }],
     };
-    c.state().applied_ms = 1_000;
+    c.state().applied = (Some("g9".into()), 1_000);
     assert!(!c.take_view(view(999, &c.id)), "older than the one applied");
     assert!(
         !c.take_view(view(2_000, "someone-else")),
@@ -507,4 +508,8 @@ async fn a_pushed_view_is_taken_only_if_newer_and_naming_this_gateway() {
     assert!(c.state().pushed.is_none());
     assert!(c.take_view(view(2_000, &c.id)));
     assert_eq!(c.state().pushed.as_ref().map(|v| v.updated_ms), Some(2_000));
+    // A new coordinator's clock may be behind the old one's: its views are not stale.
+    let mut other = view(500, &c.id);
+    other.coordinator = Some("g8".into());
+    assert!(c.take_view(other));
 }
