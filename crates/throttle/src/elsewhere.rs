@@ -16,8 +16,24 @@
 //! request (signed with a tenant's key) without further proof; a value that is not two
 //! decimal numbers is refused (`InvalidArgument`), and one above [`MAX_SECONDS`] of the
 //! tier's capacity is cut to it.
+//!
+//! # What the gateway tells the client: ρ's source
+//!
+//! For the client to count ρ, the gateway says which part of a request it served in the
+//! reservation phase: [`RESERVED_HEADER`] on its answer (`requests bytes`, like δ and ρ),
+//! the request's operation (`1 0`) and the bytes of its body's grains whose admission the
+//! scheduler made in the reservation phase (`sluice_qos::Dispatch::phase`). The gateway
+//! counts them with [`counting_reserved`] around the request's handler: every admission of
+//! this throttle made within it, on the handler's task, notes itself. What is admitted after
+//! the answer's head is sent (a GET's body, streamed to the client after its headers) or on
+//! another task is not in it, so the count is at most what was served by reservation: the
+//! client counts the rest as δ only, which charges the tenant's reservation clock elsewhere
+//! less, never more, than it was served (ρ ≤ δ, the safe side). The count is about the
+//! request's own tenant and phase only; it says nothing of other tenants.
 
+use std::cell::Cell;
 use std::fmt;
+use std::future::Future;
 use std::str::FromStr;
 
 use sluice_qos::CostModel;
@@ -26,6 +42,9 @@ use sluice_qos::CostModel;
 pub const DELTA_HEADER: &str = "x-sluice-dmclock-delta";
 /// dmClock's ρ: the part of δ the other gateways served in their reservation phase.
 pub const RHO_HEADER: &str = "x-sluice-dmclock-rho";
+/// On a gateway's answer: what of this request it served in the reservation phase (see the
+/// module doc).
+pub const RESERVED_HEADER: &str = "x-sluice-dmclock-reserved";
 /// The most service elsewhere one request is charged for, in seconds of the tier's
 /// capacity: a larger (forged) value is cut to it, so a tag never runs more than that far
 /// ahead on one request's word.
@@ -106,6 +125,31 @@ impl FromStr for Service {
             Some(_) => Err(()),
         }
     }
+}
+
+tokio::task_local! {
+    /// What the admissions of the request being handled on this task got from the
+    /// reservation phase (see [`counting_reserved`]).
+    static RESERVED: Cell<Service>;
+}
+
+/// Runs `f`, counting what this task's admissions in it got from the reservation phase:
+/// requests for operations ([`Throttle::admit_op_elsewhere`](crate::Throttle::admit_op_elsewhere)),
+/// bytes for grains ([`Throttle::admit_bytes`](crate::Throttle::admit_bytes)). Admissions on
+/// other tasks, or after `f` returns, are not counted (see the module doc).
+pub async fn counting_reserved<F: Future>(f: F) -> (F::Output, Service) {
+    RESERVED
+        .scope(Cell::new(Service::default()), async move {
+            let out = f.await;
+            (out, RESERVED.with(Cell::get))
+        })
+        .await
+}
+
+/// An admission of this task was served in the reservation phase: counted if a
+/// [`counting_reserved`] is around it, else nothing (one thread-local look-up).
+pub(crate) fn note_reserved(service: Service) {
+    let _ = RESERVED.try_with(|c| c.set(c.get().saturating_add(service)));
 }
 
 /// What a request says the other gateways served its tenant since its previous request here.
@@ -265,6 +309,83 @@ mod tests {
             held >= Duration::from_millis(3_838_900) && held <= Duration::from_millis(3_839_100),
             "waited {held:?}"
         );
+    }
+
+    /// A dmClock throttle of 64 MiB/s (per_op 1024) with `r` reserved 8 MiB/s and `w` with
+    /// no reservation, both weight 1.
+    fn reserved_and_not() -> std::sync::Arc<Throttle> {
+        Throttle::start(
+            ThrottleConfig {
+                policy: Policy::DmClock,
+                bandwidth: 64.0 * MIB as f64,
+                ops: 65_536.0,
+                queue_depth: 64,
+                lookahead: DEFAULT_LOOKAHEAD,
+            },
+            ["r", "w"]
+                .into_iter()
+                .zip([8.0 * MIB as f64, 0.0])
+                .map(|(name, r)| TenantSpec {
+                    name: name.into(),
+                    qos: TenantQos::new(r, 1.0, None).expect("qos"),
+                })
+                .collect(),
+        )
+        .expect("start")
+    }
+
+    /// An operation and `grains` grains of 1 MiB for `tenant`, on a task of its own: what of
+    /// it the reservation phase served.
+    fn flood(
+        t: &std::sync::Arc<Throttle>,
+        tenant: &'static str,
+        grains: u32,
+    ) -> tokio::task::JoinHandle<Service> {
+        let t = std::sync::Arc::clone(t);
+        tokio::spawn(async move {
+            let ((), reserved) = counting_reserved(async {
+                t.admit_op(tenant).await.expect("admitted");
+                for _ in 0..grains {
+                    t.admit_bytes(tenant, MIB).await;
+                }
+            })
+            .await;
+            reserved
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn admissions_say_whether_the_reservation_phase_served_them() {
+        // Both flooding for about a second (64 grains of 1 MiB at 64 MiB/s): `r` is served
+        // its 8 MiB/s by reservation and the rest by weight; `w`, with no reservation, all by
+        // weight. Each one's first admission, `r`'s operation, is due on arrival.
+        let t = reserved_and_not();
+        let (r, w) = (flood(&t, "r", 32), flood(&t, "w", 32));
+        let (r, w) = (r.await.expect("r"), w.await.expect("w"));
+        assert_eq!(w, Service::default(), "no reservation, nothing by it");
+        assert_eq!(r.requests, 1, "its operation, due at once");
+        assert!(
+            (6 * MIB..=10 * MIB).contains(&r.bytes),
+            "about 8 MiB of its 32 by reservation: {r:?}"
+        );
+        // Alone and under its reservation (4 MiB/s of its 8): every grain by reservation.
+        let t = reserved_and_not();
+        let ((), alone) = counting_reserved(async {
+            for _ in 0..4 {
+                t.admit_bytes("r", MIB).await;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+        .await;
+        assert_eq!(
+            alone,
+            Service {
+                requests: 0,
+                bytes: 4 * MIB
+            }
+        );
+        // Outside a count an admission notes nothing and is not hurt.
+        assert!(t.admit_bytes("r", MIB).await < Duration::from_secs(1));
     }
 
     #[test]

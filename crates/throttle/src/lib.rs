@@ -28,6 +28,12 @@
 //! gateway answers `SlowDown`. Grains of an admitted request always queue: a request has at
 //! most one grain waiting, so a tenant's queue is bounded by its admitted requests.
 //!
+//! # Phase
+//!
+//! Each grant says whether dmClock served it in the reservation phase (a flag on the
+//! oneshot, nothing more on the dispatcher's path); a caller counts them for the request it
+//! handles with [`elsewhere::counting_reserved`], for the client's ρ.
+//!
 //! # Cancellation
 //!
 //! A caller that stops waiting (client disconnected) drops its oneshot; the dispatcher sees
@@ -47,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use sluice_qos::{CostModel, Decision, QosError, Request, Scheduler, TenantId, TenantQos};
+use sluice_qos::{CostModel, Decision, Phase, QosError, Request, Scheduler, TenantId, TenantQos};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
@@ -55,7 +61,7 @@ mod background;
 pub mod elsewhere;
 
 use background::{ClassId, Classes, Pop, Waiting};
-use elsewhere::Elsewhere;
+use elsewhere::{Elsewhere, Service};
 
 /// How far ahead of now the dispatcher books the tier when nothing else is said: a couple of
 /// milliseconds of queued work keeps the backend busy across timer granularity without
@@ -164,7 +170,8 @@ enum Msg {
         /// Served elsewhere (cost units): by reservation, and in all (see `elsewhere`).
         reserved_elsewhere: u64,
         served_elsewhere: u64,
-        grant: oneshot::Sender<()>,
+        /// Told whether the reservation phase served it (see `elsewhere::counting_reserved`).
+        grant: oneshot::Sender<bool>,
     },
     Update {
         specs: Vec<(Option<TenantId>, TenantQos)>,
@@ -387,10 +394,16 @@ impl Throttle {
                 (rho, e.delta.cost(self.cost, cap).max(rho))
             }
         };
-        let waited = self
+        let (waited, by_reservation) = self
             .wait(&slot, self.cost.per_op(), (reserved, served))
             .await;
         slot.waiting.fetch_sub(1, Ordering::AcqRel);
+        if by_reservation {
+            elsewhere::note_reserved(Service {
+                requests: 1,
+                bytes: 0,
+            });
+        }
         Ok(waited)
     }
 
@@ -404,14 +417,22 @@ impl Throttle {
                 .await;
         }
         match self.slot(tenant) {
-            Some(slot) if bytes > 0 => self.wait(&slot, self.cost.cost(bytes), (0, 0)).await,
+            Some(slot) if bytes > 0 => {
+                let (waited, by_reservation) =
+                    self.wait(&slot, self.cost.cost(bytes), (0, 0)).await;
+                if by_reservation {
+                    elsewhere::note_reserved(Service { requests: 0, bytes });
+                }
+                waited
+            }
             _ => Duration::ZERO,
         }
     }
 
     /// Queues `cost` for the tenant of `slot`, with `elsewhere` (reserved, served) on top of
-    /// it for its clocks, and waits for the grant.
-    async fn wait(&self, slot: &Slot, cost: u64, elsewhere: (u64, u64)) -> Duration {
+    /// it for its clocks, and waits for the grant: how long, and whether the reservation
+    /// phase served it.
+    async fn wait(&self, slot: &Slot, cost: u64, elsewhere: (u64, u64)) -> (Duration, bool) {
         let started = Instant::now();
         let (grant, granted) = oneshot::channel();
         slot.asked.fetch_add(cost, Ordering::Relaxed);
@@ -426,14 +447,16 @@ impl Throttle {
             })
             .is_err()
         {
-            return Duration::ZERO;
+            return (Duration::ZERO, false);
         }
-        if granted.await.is_ok() {
+        let by_reservation = if let Ok(by_reservation) = granted.await {
             slot.served.fetch_add(cost, Ordering::Relaxed);
+            by_reservation
         } else {
             slot.asked.fetch_sub(cost, Ordering::Relaxed);
-        }
-        started.elapsed()
+            false
+        };
+        (started.elapsed(), by_reservation)
     }
 
     async fn wait_background(&self, class: &ClassHandle, bytes: u64, cost: u64) -> Duration {
@@ -613,7 +636,7 @@ fn effective(policy: Policy, qos: TenantQos) -> TenantQos {
 }
 
 async fn dispatch(
-    mut sched: Scheduler<oneshot::Sender<()>>,
+    mut sched: Scheduler<oneshot::Sender<bool>>,
     mut rx: mpsc::UnboundedReceiver<Msg>,
     config: ThrottleConfig,
     _shared: Option<TenantId>,
@@ -623,7 +646,7 @@ async fn dispatch(
     let mut free_at = epoch;
     let mut background: Classes<oneshot::Sender<()>> = Classes::default();
     let mut bandwidth = config.bandwidth;
-    let handle = |sched: &mut Scheduler<oneshot::Sender<()>>,
+    let handle = |sched: &mut Scheduler<oneshot::Sender<bool>>,
                   background: &mut Classes<oneshot::Sender<()>>,
                   bandwidth: &mut f64,
                   free_at: &mut Instant,
@@ -719,7 +742,8 @@ async fn dispatch(
                 if paced {
                     free_at = free_at.max(now) + service;
                 }
-                if d.payload.send(()).is_err() && paced {
+                let by_reservation = d.phase == Phase::Reservation;
+                if d.payload.send(by_reservation).is_err() && paced {
                     // The caller gave up: the tier will not do this work.
                     free_at -= service;
                 }
