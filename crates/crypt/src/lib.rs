@@ -128,11 +128,7 @@ fn aes(key: &[u8]) -> LessSafeKey {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex::encode(bytes)
 }
 
 fn random<const N: usize>() -> [u8; N] {

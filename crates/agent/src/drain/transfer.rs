@@ -28,15 +28,6 @@ pub(super) fn hex(bytes: &[u8]) -> String {
     sluice_s3::blob::hex(bytes)
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
 
 impl Drain {
     pub(super) fn sent(&self, tenant: &str, bytes: u64) {
@@ -285,7 +276,7 @@ impl Drain {
         check_crc(op, crc, whole).inspect_err(|_| self.corrupt(&op.tenant))?;
         let mut md5 = Md5::new();
         for p in progress.parts.values() {
-            md5.update(unhex(&p.etag).unwrap_or_default());
+            md5.update(hex::decode(&p.etag).unwrap_or_default());
         }
         let expected = format!("{}-{}", hex(&md5.finalize()), progress.parts.len());
         let etags: Vec<String> = progress.parts.values().map(|p| p.etag.clone()).collect();

@@ -41,7 +41,7 @@ pub fn assemble_upload(
             .remove(&p.number)
             .ok_or(MetaError::InvalidPart(p.number))?;
         let digest =
-            hex_decode(&part.etag).ok_or_else(|| MetaError::Corrupt("part etag".into()))?;
+            hex::decode(&part.etag).ok().ok_or_else(|| MetaError::Corrupt("part etag".into()))?;
         md5.update(&digest);
         size += part.size;
         if part.size > 0 {
@@ -55,7 +55,7 @@ pub fn assemble_upload(
             upload.parts.insert(p.number, part);
         }
     }
-    let etag = format!("{}-{}", hex(&md5.finalize()), parts.len());
+    let etag = format!("{}-{}", hex::encode(md5.finalize()), parts.len());
     Ok(ObjectRecord {
         size,
         etag,
@@ -71,22 +71,4 @@ pub fn assemble_upload(
     })
 }
 
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes
-        .iter()
-        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
 
-fn hex_decode(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}

@@ -125,23 +125,7 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
 
 impl Manifest {
     /// The bytes the MAC covers: a label, tenant, bucket and directory (each a u32 LE length
@@ -199,7 +183,7 @@ impl Manifest {
                     (k.clone(), slot)
                 })
                 .collect(),
-            mac: hex(&mac),
+            mac: hex::encode(mac),
         };
         serde_json::to_vec(&wire).unwrap_or_else(|_| unreachable!("plain data serializes"))
     }
@@ -238,7 +222,7 @@ impl Manifest {
             counter: wire.counter,
             objects,
         };
-        let tag = unhex(&wire.mac).ok_or_else(|| bad("mac".into()))?;
+        let tag = hex::decode(&wire.mac).ok().ok_or_else(|| bad("mac".into()))?;
         if !key.verify_manifest_mac(&manifest.signed_bytes(scope), &tag) {
             return Err(ManifestError::Mac);
         }
