@@ -346,7 +346,6 @@ impl Control {
     /// `GET /qos/cluster` (the admin token), `POST /qos/report` (a gateway's signed report)
     /// and `POST /qos/view` (the coordinator's signed view, pushed; see `cluster`).
     async fn qos(&self, req: Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-        use http_body_util::BodyExt as _;
         let reply = |status: StatusCode, body: String| {
             let mut resp = Response::new(Full::new(Bytes::from(body + "\n")));
             *resp.status_mut() = status;
@@ -392,28 +391,10 @@ impl Control {
                 reply(StatusCode::OK, view)
             }
             (hyper::Method::POST, "/qos/report") => {
-                let signature = req
-                    .headers()
-                    .get(crate::cluster::SIGNATURE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-                    .unwrap_or_default();
-                let body = match http_body_util::Limited::new(req.into_body(), 1 << 20)
-                    .collect()
-                    .await
-                {
-                    Ok(b) => b.to_bytes(),
-                    Err(e) => {
-                        return error(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"));
-                    }
+                let body = match signed_body(cluster, req, 1 << 20, "report").await {
+                    Ok(body) => body,
+                    Err((status, why)) => return error(status, &why),
                 };
-                if !cluster.verify(&signature, &body) {
-                    tracing::warn!("a QoS report without a valid signature refused");
-                    return error(
-                        StatusCode::FORBIDDEN,
-                        "not a signed report of this deployment",
-                    );
-                }
                 let report = match serde_json::from_slice::<crate::cluster::Report>(&body) {
                     Ok(r) => r,
                     Err(e) => return error(StatusCode::BAD_REQUEST, &format!("not a report: {e}")),
@@ -430,28 +411,10 @@ impl Control {
                 }
             }
             (hyper::Method::POST, "/qos/view") => {
-                let signature = req
-                    .headers()
-                    .get(crate::cluster::SIGNATURE)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned)
-                    .unwrap_or_default();
-                let body = match http_body_util::Limited::new(req.into_body(), 4 << 20)
-                    .collect()
-                    .await
-                {
-                    Ok(b) => b.to_bytes(),
-                    Err(e) => {
-                        return error(StatusCode::BAD_REQUEST, &format!("reading the body: {e}"));
-                    }
+                let body = match signed_body(cluster, req, 4 << 20, "view").await {
+                    Ok(body) => body,
+                    Err((status, why)) => return error(status, &why),
                 };
-                if !cluster.verify(&signature, &body) {
-                    tracing::warn!("a pushed QoS view without a valid signature refused");
-                    return error(
-                        StatusCode::FORBIDDEN,
-                        "not a signed view of this deployment",
-                    );
-                }
                 match serde_json::from_slice::<crate::cluster::View>(&body) {
                     Ok(view) => {
                         let taken = cluster.take_view(view);
@@ -496,4 +459,35 @@ impl Control {
         );
         resp
     }
+}
+
+/// The body of a POST another gateway of the deployment signed (a QoS `what`: report or
+/// view), read up to `limit` bytes; refused 400 when it cannot be read, 403 when its
+/// signature is not the deployment's.
+async fn signed_body(
+    cluster: &crate::cluster::Cluster,
+    req: Request<hyper::body::Incoming>,
+    limit: usize,
+    what: &str,
+) -> Result<Bytes, (StatusCode, String)> {
+    use http_body_util::BodyExt as _;
+    let signature = req
+        .headers()
+        .get(crate::cluster::SIGNATURE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .unwrap_or_default();
+    let body = http_body_util::Limited::new(req.into_body(), limit)
+        .collect()
+        .await
+        .map_err(|e| (StatusCode::BAD_REQUEST, format!("reading the body: {e}")))?
+        .to_bytes();
+    if !cluster.verify(&signature, &body) {
+        tracing::warn!("a QoS {what} without a valid signature refused");
+        return Err((
+            StatusCode::FORBIDDEN,
+            format!("not a signed {what} of this deployment"),
+        ));
+    }
+    Ok(body)
 }
