@@ -7,8 +7,9 @@
 //! has no API for, signed with its SigV4 authorizer; it also serves the node's reads
 //! (`get`, `list`, `list_buckets`, `bucket_exists`). [`Pool`] puts one `Upstream` per gateway
 //! of `[agent] upstream` behind the same calls, spreading them over the gateways and failing
-//! over when one dies (see `pool`), each request carrying dmClock's δ, what the pool's other
-//! gateways served its tenant since its previous request to this one (see `ledger`). Tests have an in-memory twin (`memory`)
+//! over when one dies (see `pool`), each request carrying dmClock's δ and ρ, what the pool's
+//! other gateways served its tenant since its previous request to this one, in any phase and
+//! by reservation (see `ledger`). Tests have an in-memory twin (`memory`)
 //! and a fault-injecting decorator (`faults`); one conformance suite runs against both real
 //! and twin.
 //!

@@ -12,8 +12,9 @@
 //! A request that got no answer is `Unavailable` with its causes spelled out (a TLS
 //! certificate the agent's roots do not trust reads `invalid peer certificate: UnknownIssuer`).
 //!
-//! Given a pool's [`Ledger`], the client also carries dmClock's δ on each request to its
-//! gateway and counts what the gateway served (see `ledger`).
+//! Given a pool's [`Ledger`], the client also carries dmClock's δ and ρ on each request to
+//! its gateway and counts what the gateway served, and what of it the gateway's answer says
+//! it served in its reservation phase (see `ledger`).
 //!
 //! Successful answers and redirects pass untouched. An S3 error inside a 200 answer (which
 //! `CompleteMultipartUpload` may send) stays `object_store`'s and is `Unavailable`, as S3
@@ -29,7 +30,7 @@ use object_store::client::{
     ReqwestConnector,
 };
 
-use sluice_throttle::elsewhere::{DELTA_HEADER, Service};
+use sluice_throttle::elsewhere::{DELTA_HEADER, RESERVED_HEADER, RHO_HEADER, Service};
 
 use super::UpstreamError;
 use super::ledger::Ledger;
@@ -188,11 +189,13 @@ impl StatusService {
         else {
             return self.inner.execute(req).await;
         };
-        let delta = d.ledger.take(&key, d.gateway);
-        if !delta.is_zero() {
-            // Digits and a space: always a valid header value.
-            if let Ok(v) = http::HeaderValue::from_str(&delta.to_string()) {
-                req.headers_mut().insert(DELTA_HEADER, v);
+        let told = d.ledger.take(&key, d.gateway);
+        for (name, value) in [(DELTA_HEADER, told.delta), (RHO_HEADER, told.rho)] {
+            if !value.is_zero() {
+                // Digits and a space: always a valid header value.
+                if let Ok(v) = http::HeaderValue::from_str(&value.to_string()) {
+                    req.headers_mut().insert(name, v);
+                }
             }
         }
         let head = req.method() == http::Method::HEAD;
@@ -209,12 +212,20 @@ impl StatusService {
                     .unwrap_or(0);
                 // A refused request (4xx) was charged its operation, not its body.
                 let bytes = if ok { sent.saturating_add(received) } else { 0 };
+                // What of it the gateway served by reservation (none when it does not say,
+                // or says something that is not two numbers); the ledger cuts it to the rest.
+                let reserved = resp
+                    .headers()
+                    .get(RESERVED_HEADER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<Service>().ok())
+                    .unwrap_or_default();
                 d.ledger
-                    .served(&key, d.gateway, Service { requests: 1, bytes });
+                    .served(&key, d.gateway, Service { requests: 1, bytes }, reserved);
                 Ok(resp)
             }
             other => {
-                d.ledger.unreport(&key, d.gateway, delta);
+                d.ledger.unreport(&key, d.gateway, told);
                 other
             }
         }

@@ -33,12 +33,14 @@
 //! misconfiguration.) A create of an upload whose answer was lost leaves an upload nobody
 //! completes, which the gateways' garbage collection removes.
 //!
-//! # dmClock's δ
+//! # dmClock's δ and ρ
 //!
 //! The pools [`Pool::connect`] and [`Pool::connect_as`] build share one `Ledger` among their
 //! gateways' clients: each request carries what the other gateways served its tenant since
-//! its previous request to this one (`x-sluice-dmclock-delta`), so that uncoordinated
-//! gateways charge the tenant for its whole drain, not only for their part (see `ledger`).
+//! its previous request to this one (`x-sluice-dmclock-delta`), and what of it they served
+//! in their reservation phase, as their answers said (`x-sluice-dmclock-rho`, at most δ), so
+//! that uncoordinated gateways charge the tenant for its whole drain, not only for their
+//! part, and owe it its reservation once over them all (see `ledger`).
 //!
 //! One known limit: a gateway that is cut off rather than dead may still carry out a request
 //! the pool gave up on (after its timeout) and tried elsewhere, late; a kill -9 or a crash

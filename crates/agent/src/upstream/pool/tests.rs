@@ -270,11 +270,13 @@ async fn status_names_every_gateway_in_order() {
 }
 
 /// A gateway on a loopback port that answers every request with `status` (200 unless set:
-/// an `ETag` and no body) and keeps each request's head, lowercased.
+/// an `ETag` and no body, and `x-sluice-dmclock-reserved: <reserved>` when set) and keeps
+/// each request's head, lowercased.
 struct Recorder {
     endpoint: String,
     heads: Arc<std::sync::Mutex<Vec<String>>>,
     status: Arc<std::sync::atomic::AtomicU16>,
+    reserved: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl Recorder {
@@ -286,7 +288,12 @@ impl Recorder {
         let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
         let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
         let status = Arc::new(std::sync::atomic::AtomicU16::new(200));
-        let (seen, answer) = (Arc::clone(&heads), Arc::clone(&status));
+        let reserved = Arc::new(std::sync::Mutex::new(None::<String>));
+        let (seen, answer, by_reservation) = (
+            Arc::clone(&heads),
+            Arc::clone(&status),
+            Arc::clone(&reserved),
+        );
         tokio::spawn(async move {
             while let Ok((mut sock, _)) = listener.accept().await {
                 let mut buf = Vec::new();
@@ -319,8 +326,14 @@ impl Recorder {
                 }
                 seen.lock().expect("heads").push(head);
                 let code = answer.swap(200, std::sync::atomic::Ordering::SeqCst);
+                let reserved = by_reservation
+                    .lock()
+                    .expect("reserved")
+                    .as_ref()
+                    .map(|r| format!("x-sluice-dmclock-reserved: {r}\r\n"))
+                    .unwrap_or_default();
                 let resp = format!(
-                    "HTTP/1.1 {code} Fixed\r\netag: \"e\"\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    "HTTP/1.1 {code} Fixed\r\netag: \"e\"\r\n{reserved}content-length: 0\r\nconnection: close\r\n\r\n"
                 );
                 let _ = sock.write_all(resp.as_bytes()).await;
                 let _ = sock.shutdown().await;
@@ -330,16 +343,31 @@ impl Recorder {
             endpoint,
             heads,
             status,
+            reserved,
         }
     }
 
     /// The dmClock δ the last request carried, if any.
     fn last_delta(&self) -> Option<String> {
+        self.last("x-sluice-dmclock-delta:")
+    }
+
+    /// The dmClock ρ the last request carried, if any.
+    fn last_rho(&self) -> Option<String> {
+        self.last("x-sluice-dmclock-rho:")
+    }
+
+    fn last(&self, header: &str) -> Option<String> {
         let heads = self.heads.lock().expect("heads");
         let last = heads.last().expect("a request arrived");
         last.lines()
-            .find_map(|l| l.strip_prefix("x-sluice-dmclock-delta:"))
+            .find_map(|l| l.strip_prefix(header))
             .map(|v| v.trim().to_owned())
+    }
+
+    /// Its answers say it served `reserved` (`requests bytes`) by reservation.
+    fn answer_reserved(&self, reserved: Option<&str>) {
+        *self.reserved.lock().expect("reserved") = reserved.map(str::to_owned);
     }
 }
 
@@ -402,4 +430,61 @@ async fn requests_carry_what_the_other_gateway_served_since_the_last_one_here() 
         Some("1 7"),
         "the refused request served nothing"
     );
+}
+
+/// dmClock's ρ over real clients: what a gateway's answers say it served by reservation is
+/// carried to the other gateway (never back to it), once, cut to what the request was served
+/// (ρ ≤ δ), and an answer that does not say, or says nonsense, adds nothing to it.
+#[tokio::test]
+async fn requests_carry_what_the_other_gateway_served_by_reservation() {
+    let gws = [Recorder::start().await, Recorder::start().await];
+    let creds = std::collections::HashMap::from([(
+        T.to_owned(),
+        crate::upstream::Credentials {
+            access_key: "AKT".into(),
+            secret_key: "secret".into(),
+        },
+    )]);
+    let endpoints = gws.each_ref().map(|g| g.endpoint.clone());
+    let pool = Pool::connect(&endpoints, "us-east-1", &creds, &[]).expect("pool");
+    let (on0, on1) = (key_on(&pool, 0), key_on(&pool, 1));
+    let put = |key: String, len: usize| {
+        let pool = &pool;
+        async move {
+            let rec = ObjectRecord::default();
+            pool.put(T, B, &key, PutPayload::from(vec![7u8; len]), &rec)
+                .await
+        }
+    };
+
+    // Gateway 0 serves a PUT of 1000 bytes, its operation and 600 of its bytes by
+    // reservation; then one it claims 5000 bytes of (more than the request): cut to its 300.
+    gws[0].answer_reserved(Some("1 600"));
+    put(on0.clone(), 1000).await.expect("put");
+    gws[0].answer_reserved(Some("3 5000"));
+    put(on0.clone(), 300).await.expect("put");
+    assert_eq!(
+        gws[0].last_rho(),
+        None,
+        "its own service is not reported to it"
+    );
+    // Then two answers that add nothing: no header, and one that is not two numbers.
+    gws[0].answer_reserved(None);
+    put(on0.clone(), 50).await.expect("put");
+    gws[0].answer_reserved(Some("lots"));
+    put(on0.clone(), 50).await.expect("put");
+
+    put(on1.clone(), 10).await.expect("put");
+    assert_eq!(gws[1].last_delta().as_deref(), Some("4 1400"));
+    assert_eq!(gws[1].last_rho().as_deref(), Some("2 900"));
+    put(on1.clone(), 10).await.expect("put");
+    assert_eq!(gws[1].last_rho(), None, "reported once");
+
+    // Gateway 1's own reservation service goes to gateway 0, not back to gateway 1.
+    gws[1].answer_reserved(Some("1 10"));
+    put(on1.clone(), 10).await.expect("put");
+    assert_eq!(gws[1].last_rho(), None);
+    put(on0, 1).await.expect("put");
+    assert_eq!(gws[0].last_delta().as_deref(), Some("3 30"));
+    assert_eq!(gws[0].last_rho().as_deref(), Some("1 10"));
 }
