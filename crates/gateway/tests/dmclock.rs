@@ -1,7 +1,8 @@
 //! dmClock's δ on a real gateway (not coordinated: the embedded catalog): a request that says
 //! other gateways served its tenant holds the tenant back at its limit for that service too,
 //! and a value that is not two numbers is refused with `InvalidArgument`, while a forged
-//! huge one is cut to the cap and hurts only its own tenant.
+//! huge one is cut to the cap and hurts only its own tenant. Its answers say what of each
+//! request its reservation phase served (`x-sluice-dmclock-reserved`, the agent's ρ).
 
 use std::time::{Duration, Instant};
 
@@ -35,8 +36,12 @@ limit = "1MiB/s"
 "#;
 
 async fn running() -> (tempfile::TempDir, sluice_gateway::Running) {
+    running_with(CONFIG).await
+}
+
+async fn running_with(config: &str) -> (tempfile::TempDir, sluice_gateway::Running) {
     let dir = tempfile::tempdir().expect("tempdir");
-    let text = CONFIG.replace("DATA", &dir.path().join("data").display().to_string());
+    let text = config.replace("DATA", &dir.path().join("data").display().to_string());
     let config = Config::parse(&text, &dir.path().join("sluice.toml")).expect("config");
     let gateway = Gateway::open(&config).await.expect("open");
     for tenant in ["alice", "bob"] {
@@ -130,5 +135,121 @@ async fn a_forged_delta_is_refused_or_cut_and_hurts_only_its_tenant() {
         .await
         .expect("another tenant is served");
     assert!(started.elapsed() < Duration::from_secs(5));
+    gateway.shutdown().await;
+}
+
+/// alice reserved 32 MiB/s of 64, bob with no reservation; 65,536 ops/s, so an operation
+/// costs 1 KiB.
+const RESERVED: &str = r#"
+[gateway]
+listen = "127.0.0.1:0"
+data_dir = "DATA"
+[gateway.capacity]
+bandwidth = "64MiB/s"
+ops = 65536
+[[tenant]]
+id = "alice"
+access_key = "AKIDALICE00000DMCLK"
+secret_key = "alice-secret-0123456789"
+capacity = "1MiB"
+reservation = "32MiB/s"
+[[tenant]]
+id = "bob"
+access_key = "AKIDBOB0000000DMCLK"
+secret_key = "bob-secret-0123456789"
+capacity = "1MiB"
+"#;
+
+/// Sends `method` to a presigned URL of `tenant`'s bucket over plain HTTP/1.1 with `body`:
+/// the answer's status and head, lowercased.
+async fn presigned(
+    gateway: &sluice_gateway::Running,
+    tenant: &str,
+    method: http::Method,
+    key: &str,
+    body: &[u8],
+) -> (u16, String) {
+    use object_store::signer::Signer;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (access, secret) = match tenant {
+        "alice" => ("AKIDALICE00000DMCLK", "alice-secret-0123456789"),
+        _ => ("AKIDBOB0000000DMCLK", "bob-secret-0123456789"),
+    };
+    let s3 = object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(format!("http://{}", gateway.addr))
+        .with_allow_http(true)
+        .with_bucket_name(tenant)
+        .with_region("us-east-1")
+        .with_access_key_id(access)
+        .with_secret_access_key(secret)
+        .with_virtual_hosted_style_request(false)
+        .build()
+        .expect("client");
+    let url = s3
+        .signed_url(method.clone(), &Path::from(key), Duration::from_secs(60))
+        .await
+        .expect("signed");
+    let target = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_owned(),
+    };
+    let mut sock = tokio::net::TcpStream::connect(gateway.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "{method} {target} HTTP/1.1\r\nhost: {}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        gateway.addr,
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).await.expect("head");
+    sock.write_all(body).await.expect("body");
+    let mut answer = Vec::new();
+    sock.read_to_end(&mut answer).await.expect("answer");
+    let text = String::from_utf8_lossy(&answer).to_ascii_lowercase();
+    let end = text.find("\r\n\r\n").unwrap_or(text.len());
+    let status = text[9..12].parse().expect("status");
+    (status, text[..end].to_owned())
+}
+
+/// `x-sluice-dmclock-reserved` of an answer's head, as (requests, bytes).
+fn reserved(head: &str) -> Option<(u64, u64)> {
+    let v = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-sluice-dmclock-reserved:"))?;
+    let mut n = v
+        .split_ascii_whitespace()
+        .map(|n| n.parse().expect("a number"));
+    let pair = (n.next().expect("requests"), n.next().expect("bytes"));
+    assert!(n.next().is_none(), "two numbers: {v}");
+    Some(pair)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_say_what_the_reservation_phase_served_of_the_request() {
+    let (_dir, gateway) = running_with(RESERVED).await;
+    let body = vec![7u8; 4096];
+    // alice's first request: its operation is due on arrival on her reservation clock; of
+    // its body at most the body was served by reservation.
+    let (status, head) = presigned(&gateway, "alice", http::Method::PUT, "a", &body).await;
+    assert_eq!(status, 200, "{head}");
+    let (requests, bytes) = reserved(&head).expect("alice's answer says");
+    assert_eq!(requests, 1, "{head}");
+    assert!(bytes <= body.len() as u64, "{head}");
+    // bob has no reservation: nothing of his by it, whatever alice got.
+    let (status, head) = presigned(&gateway, "bob", http::Method::PUT, "b", &body).await;
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(reserved(&head), Some((0, 0)), "{head}");
+    let (status, head) = presigned(&gateway, "bob", http::Method::GET, "b", b"").await;
+    assert_eq!(status, 200, "{head}");
+    assert_eq!(reserved(&head), Some((0, 0)), "{head}");
+    // A GET's count is made when its head is sent: at most one operation and the object.
+    let (status, head) = presigned(&gateway, "alice", http::Method::GET, "a", b"").await;
+    assert_eq!(status, 200, "{head}");
+    let (requests, bytes) = reserved(&head).expect("alice's answer says");
+    assert!(requests <= 1 && bytes <= body.len() as u64, "{head}");
+    // A refused request (no such key) gets an error answer, without the header.
+    let (status, head) = presigned(&gateway, "alice", http::Method::GET, "nothing", b"").await;
+    assert_eq!(status, 404, "{head}");
+    assert_eq!(reserved(&head), None, "{head}");
     gateway.shutdown().await;
 }

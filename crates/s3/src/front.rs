@@ -221,22 +221,29 @@ impl Front {
         let Requester { tenant, elsewhere } = requester;
         let started = std::time::Instant::now();
         let metrics = self.inner.metrics.tenant(&tenant);
-        let admitted = match &self.inner.throttle {
-            None => Ok(()),
-            Some(t) => t
-                .admit_op_elsewhere(&tenant, elsewhere)
-                .await
-                .map(|waited| metrics.queue_wait_seconds.observe(waited)),
-        };
-        let result = match admitted {
-            Ok(()) => f(Arc::clone(&tenant)).await,
-            Err(throttled) => {
-                metrics
-                    .throttled
-                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                Err(ApiError::SlowDown(throttled))
-            }
-        };
+        // What of it the reservation phase served, until the answer's head (for the client's
+        // ρ; see `sluice_throttle::elsewhere`). Pinned here so the handler's future is not
+        // held twice.
+        let (result, reserved) =
+            sluice_throttle::elsewhere::counting_reserved(std::pin::pin!(async {
+                let admitted = match &self.inner.throttle {
+                    None => Ok(()),
+                    Some(t) => t
+                        .admit_op_elsewhere(&tenant, elsewhere)
+                        .await
+                        .map(|waited| metrics.queue_wait_seconds.observe(waited)),
+                };
+                match admitted {
+                    Ok(()) => f(Arc::clone(&tenant)).await,
+                    Err(throttled) => {
+                        metrics
+                            .throttled
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Err(ApiError::SlowDown(throttled))
+                    }
+                }
+            }))
+            .await;
         if matches!(result, Err(ApiError::Meta(MetaError::QuotaExceeded { .. }))) {
             metrics
                 .quota_refused
@@ -248,7 +255,16 @@ impl Front {
             started.elapsed(),
         );
         let output = result.map_err(|e| self.scope_quota(&tenant, e))?;
-        Ok(S3Response::new(output))
+        let mut response = S3Response::new(output);
+        let dmclock = self.inner.throttle.as_ref().map(|t| t.config().policy)
+            == Some(sluice_throttle::Policy::DmClock);
+        // Digits and a space: always a valid header value.
+        if let (true, Ok(v)) = (dmclock, http::HeaderValue::from_str(&reserved.to_string())) {
+            response
+                .headers
+                .insert(sluice_throttle::elsewhere::RESERVED_HEADER, v);
+        }
+        Ok(response)
     }
 
     /// The region this endpoint answers for.
