@@ -12,7 +12,7 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use s3s::dto;
-use sluice_meta::{Entry as ListEntry, ListPage, ObjectRecord};
+use sluice_meta::{Entry as ListEntry, ListPage, ObjectRecord, UploadRecord};
 
 use super::Front;
 use super::objects::ReadConditions;
@@ -41,14 +41,6 @@ impl Front {
         match &self.inner.confidential {
             None => Ok(None),
             Some(c) => c.tenant_key(tenant).map_err(ApiError::KeyUnavailable),
-        }
-    }
-
-    /// Refuses a request a confidential tenant may not make yet.
-    pub(super) fn refuse_if_confidential(&self, tenant: &str, what: &'static str) -> ApiResult<()> {
-        match self.tenant_key(tenant)? {
-            Some(_) => Err(ApiError::NotImplemented(what)),
-            None => Ok(()),
         }
     }
 
@@ -108,6 +100,127 @@ impl Front {
             return Err(ApiError::MetadataTooLarge(size));
         }
         Ok(())
+    }
+
+    /// Encrypts the plaintext `body` of `len` bytes for `seal` and stores it as
+    /// [`Front::receive`] stores a client's sealed body (inline when small): a copy's.
+    pub(super) async fn store_sealed<S, E>(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        seal: &Sealing,
+        body: S,
+        len: u64,
+        inline: Option<u64>,
+    ) -> ApiResult<(
+        super::objects::Stored,
+        crate::blob::Written,
+        sluice_meta::Reservation,
+    )>
+    where
+        S: futures::Stream<Item = Result<bytes::Bytes, E>> + Send + Unpin,
+        E: std::fmt::Display,
+    {
+        let stored_len = sluice_crypt::Layout::new(seal.entry.segment_size, len)
+            .map(|l| l.ciphertext_len())
+            .map_err(|e| ApiError::Internal(format!("encrypting a body: {e}")))?;
+        let identity = seal
+            .entry
+            .identity(tenant, &seal.bucket, &seal.object, seal.part);
+        let sealed = stream::Encrypting::new(body, &seal.key, &seal.entry, &identity, false)?;
+        let max = sluice_crypt::Layout::new(seal.entry.segment_size, self.config().max_object_size)
+            .map_or(u64::MAX, |l| l.ciphertext_len());
+        self.store_body(tenant, bucket, sealed, Some(stored_len), max, inline, None)
+            .await
+    }
+
+    /// For a confidential tenant, how part `part` of `upload` is encrypted: under the
+    /// entry its CreateMultipartUpload drew (its generation), as piece `part`.
+    pub(super) fn part_sealing(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        object: &str,
+        upload: &UploadRecord,
+        part: u32,
+    ) -> ApiResult<Option<Sealing>> {
+        let Some(key) = self.tenant_key(tenant)? else {
+            return Ok(None);
+        };
+        let entry = Entry::of(&upload.metadata).map_err(|e| {
+            ApiError::InvalidRequest(format!(
+                "{bucket}/{object}: this upload was started before encryption was on for the tenant ({e}); abort it and start it again"
+            ))
+        })?;
+        Ok(Some(Sealing {
+            key,
+            entry: Entry {
+                plaintext: None,
+                parts: None,
+                ..entry
+            },
+            bucket: bucket.to_owned(),
+            object: object.to_owned(),
+            part,
+        }))
+    }
+
+    /// For a confidential tenant, the completed object's user metadata: the upload's, its
+    /// entry given the listed parts' plaintext sizes (`p=`), which a reader needs to find
+    /// each part's header once the drain has re-cut the body. Part `i` of the list must be
+    /// part number `i` (1-based): it was encrypted as piece `i`. A part the list names
+    /// wrongly (missing, another ETag) is left for the completing transaction to refuse.
+    pub(super) async fn completed_metadata(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        object: &str,
+        specs: &[sluice_meta::PartSpec],
+    ) -> ApiResult<Option<BTreeMap<String, String>>> {
+        if self.tenant_key(tenant)?.is_none() {
+            return Ok(None);
+        }
+        let (t, b, u, k) = (
+            tenant.to_owned(),
+            bucket.to_owned(),
+            upload_id.to_owned(),
+            object.to_owned(),
+        );
+        let upload = self.meta(move |c| c.get_upload(&t, &b, &u, &k)).await?;
+        let mut entry = self
+            .part_sealing(tenant, bucket, object, &upload, 1)?
+            .map(|s| s.entry)
+            .ok_or_else(|| ApiError::Internal("a confidential upload without a key".into()))?;
+        let mut sizes = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            if u64::from(spec.number) != i as u64 + 1 {
+                return Err(ApiError::InvalidArgument(format!(
+                    "{bucket}/{object}: an encrypted upload must list its parts numbered 1, 2, 3, … without gaps (part {} listed {}th)",
+                    spec.number,
+                    i + 1
+                )));
+            }
+            let size = match upload.parts.get(&spec.number) {
+                Some(p) if p.etag == spec.etag.trim_matches('"') => {
+                    sluice_crypt::Layout::from_ciphertext_len(entry.segment_size, p.size)
+                        .map_err(|e| {
+                            ApiError::Internal(format!("an encrypted part's length: {e}"))
+                        })?
+                        .plaintext_len()
+                }
+                _ => 0,
+            };
+            sizes.push(size);
+        }
+        entry.parts = Some(sizes);
+        let mut metadata = upload.metadata;
+        metadata.insert(ENTRY.to_owned(), entry.encode());
+        let size: usize = metadata.iter().map(|(k, v)| k.len() + v.len()).sum();
+        if size > super::METADATA_MAX {
+            return Err(ApiError::MetadataTooLarge(size));
+        }
+        Ok(Some(metadata))
     }
 
     fn opening(

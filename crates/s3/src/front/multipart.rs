@@ -47,8 +47,10 @@ impl Front {
         tenant: &str,
         input: dto::CreateMultipartUploadInput,
     ) -> ApiResult<dto::CreateMultipartUploadOutput> {
-        self.refuse_if_confidential(tenant, "a multipart upload by a confidential tenant")?;
-        let repr = representation!(input)?;
+        let mut repr = representation!(input)?;
+        // A confidential upload's entry (its generation) is drawn now; every part is
+        // encrypted under it, and completion adds the parts' sizes.
+        self.sealing(tenant, &input.bucket, &input.key, &mut repr.metadata)?;
         self.require_bucket(tenant, &input.bucket).await?;
         let id: u128 = rand::random();
         let upload_id = format!("{id:032x}");
@@ -129,9 +131,10 @@ impl Front {
         escrow: Option<&str>,
     ) -> ApiResult<dto::UploadPartOutput> {
         let number = part_number(input.part_number)?;
-        self.refuse_if_confidential(tenant, "a multipart upload by a confidential tenant")?;
-        self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
+        let upload = self
+            .upload(tenant, &input.bucket, &input.upload_id, &input.key)
             .await?;
+        let seal = self.part_sealing(tenant, &input.bucket, &input.key, &upload, number)?;
         let received = self
             .receive(
                 tenant,
@@ -142,7 +145,7 @@ impl Front {
                 &expected,
                 None,
                 escrow,
-                None,
+                seal.as_ref(),
             )
             .await?;
         let etag_hex = received.written.etag();
@@ -181,13 +184,15 @@ impl Front {
         input: dto::UploadPartCopyInput,
     ) -> ApiResult<dto::UploadPartCopyOutput> {
         let number = part_number(input.part_number)?;
-        self.refuse_if_confidential(tenant, "UploadPartCopy by a confidential tenant")?;
-        let src = self.copy_source(tenant, &input.copy_source).await?;
-        self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
-            .await?;
-        let range = copy_range(input.copy_source_range.as_deref(), src.rec.size)?;
-        let (blob, written, reservation) =
-            self.copy_bytes(tenant, &input.bucket, &src, range).await?;
+        let (blob, written, reservation) = if let Some(key) = self.tenant_key(tenant)? {
+            self.part_copy_sealed(tenant, key, &input, number).await?
+        } else {
+            let src = self.copy_source(tenant, &input.copy_source).await?;
+            self.upload(tenant, &input.bucket, &input.upload_id, &input.key)
+                .await?;
+            let range = copy_range(input.copy_source_range.as_deref(), src.rec.size)?;
+            self.copy_bytes(tenant, &input.bucket, &src, range).await?
+        };
         let now = now_ms();
         let part = PartRecord {
             blob,
@@ -214,6 +219,58 @@ impl Front {
             }),
             ..Default::default()
         })
+    }
+
+    /// UploadPartCopy for a confidential tenant: the source's plaintext (its
+    /// `x-amz-copy-source-range` in plaintext coordinates) read through the authenticated
+    /// path and encrypted again as part `number` of the destination upload.
+    async fn part_copy_sealed(
+        &self,
+        tenant: &str,
+        key: std::sync::Arc<crate::confidential::TenantKey>,
+        input: &dto::UploadPartCopyInput,
+        number: u32,
+    ) -> ApiResult<(String, crate::blob::Written, sluice_meta::Reservation)> {
+        use super::objects::copy::{copy_source_name, source_failures, take};
+        let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
+        let upload = self
+            .upload(tenant, &input.bucket, &input.upload_id, &input.key)
+            .await?;
+        let seal = self
+            .part_sealing(tenant, &input.bucket, &input.key, &upload, number)?
+            .ok_or_else(|| ApiError::Internal("a confidential copy without a key".into()))?;
+        // Parsed here, checked against the plaintext length by the read.
+        let wanted = match input.copy_source_range.as_deref() {
+            None => None,
+            Some(spec) => Some(copy_range(Some(spec), u64::MAX)?),
+        };
+        let get = dto::GetObjectInput::builder()
+            .bucket(src_bucket.to_owned())
+            .key(src_key.to_owned())
+            .range(wanted.as_ref().map(|r| dto::Range::Int {
+                first: r.start,
+                last: Some(r.end - 1),
+            }))
+            .build()
+            .map_err(|e| ApiError::Internal(format!("a copy's source read: {e}")))?;
+        let conditions = super::objects::ReadConditions::default();
+        let (_, range, body) = self.get_sealed(tenant, key, &get, &conditions).await?;
+        if wanted.as_ref().is_some_and(|w| *w != range) {
+            return Err(ApiError::InvalidRange);
+        }
+        let (body, failed) = source_failures(body);
+        let (stored, written, reservation) = self
+            .store_sealed(
+                tenant,
+                &input.bucket,
+                &seal,
+                body,
+                range.end - range.start,
+                None,
+            )
+            .await
+            .map_err(|e| take(&failed).map_or(e, ApiError::Backend))?;
+        Ok((stored.into_blob()?, written, reservation))
     }
 
     pub(super) async fn complete_multipart_upload_op(
@@ -244,8 +301,12 @@ impl Front {
             input.upload_id.clone(),
             input.key.clone(),
         );
+        let metadata = self.completed_metadata(tenant, &b, &u, &k, &specs).await?;
         let (object, replaced, unused) = self
-            .meta(move |c| c.complete_upload_if(&t, &b, &u, &k, &specs, now_ms(), &cond))
+            .meta(move |c| match &metadata {
+                None => c.complete_upload_if(&t, &b, &u, &k, &specs, now_ms(), &cond),
+                Some(m) => c.complete_upload_with(&t, &b, &u, &k, &specs, now_ms(), &cond, m),
+            })
             .await?;
         let recorded = self
             .record_object(tenant, &input.bucket, &input.key, &object, None)

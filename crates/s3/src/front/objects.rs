@@ -48,7 +48,7 @@ macro_rules! representation {
 pub(super) use representation;
 
 mod attributes;
-mod copy;
+pub(super) mod copy;
 
 /// Representation headers stored with an object, by lower-case name.
 #[derive(Default)]

@@ -125,10 +125,9 @@ impl Front {
         cond: ApiResult<Precondition>,
     ) -> ApiResult<dto::CopyObjectOutput> {
         let cond = cond?;
-        self.refuse_if_confidential(
-            tenant,
-            "CopyObject by a confidential tenant (read the object and write it again)",
-        )?;
+        if let Some(key) = self.tenant_key(tenant)? {
+            return self.copy_sealed(tenant, key, input, cond).await;
+        }
         let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
         let src = match self.object_with_body(tenant, src_bucket, src_key).await {
             Ok(src) => Copied::Here(src),
@@ -237,6 +236,99 @@ impl Front {
     }
 }
 
+impl Front {
+    /// CopyObject of a confidential tenant: the source decrypted through the authenticated
+    /// read (here or from the tier, its rollback checked), and its plaintext encrypted again
+    /// under a fresh data key and the destination's identity — never the ciphertext copied
+    /// (bound to the source's name and generation, it would not open at the destination).
+    async fn copy_sealed(
+        &self,
+        tenant: &str,
+        key: Arc<crate::confidential::TenantKey>,
+        mut input: dto::CopyObjectInput,
+        cond: Precondition,
+    ) -> ApiResult<dto::CopyObjectOutput> {
+        let (src_bucket, src_key) = copy_source_name(&input.copy_source)?;
+        let replace = input
+            .metadata_directive
+            .as_ref()
+            .is_some_and(|d| d.as_str() == dto::MetadataDirective::REPLACE);
+        if src_bucket == input.bucket && src_key == input.key && !replace {
+            return Err(ApiError::InvalidRequest(
+                "This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata".into(),
+            ));
+        }
+        let get = dto::GetObjectInput::builder()
+            .bucket(src_bucket.to_owned())
+            .key(src_key.to_owned())
+            .build()
+            .map_err(|e| ApiError::Internal(format!("a copy's source read: {e}")))?;
+        let conditions = ReadConditions {
+            if_match: input.copy_source_if_match.take(),
+            if_none_match: input.copy_source_if_none_match.take(),
+            if_modified_since: input.copy_source_if_modified_since.take(),
+            if_unmodified_since: input.copy_source_if_unmodified_since.take(),
+        };
+        let (src_rec, range, body) = self
+            .get_sealed(tenant, key, &get, &conditions)
+            .await
+            .map_err(|e| match e {
+                ApiError::NotModified { .. } => ApiError::PreconditionFailed,
+                e => e,
+            })?;
+        self.require_bucket(tenant, &input.bucket).await?;
+        let mut repr = if replace {
+            representation!(input)?
+        } else {
+            Representation {
+                content_type: src_rec.content_type.clone(),
+                headers: src_rec.headers.clone(),
+                metadata: src_rec.metadata.clone(),
+            }
+        };
+        let seal = self
+            .sealing(tenant, &input.bucket, &input.key, &mut repr.metadata)?
+            .ok_or_else(|| ApiError::Internal("a confidential copy without a key".into()))?;
+        let (body, failed) = source_failures(body);
+        let stored = self
+            .store_sealed(
+                tenant,
+                &input.bucket,
+                &seal,
+                body,
+                range.end - range.start,
+                Some(INLINE_MAX),
+            )
+            .await;
+        let (stored, written, reservation) =
+            stored.map_err(|e| take(&failed).map_or(e, ApiError::Backend))?;
+        if let Err(e) = Self::seal_length(&seal, written.size, &mut repr.metadata) {
+            stored.discard(self, tenant).await;
+            return Err(e);
+        }
+        let (rec, inline) = new_object(stored, &written, repr);
+        let rec = self
+            .commit_object(
+                tenant,
+                &input.bucket,
+                &input.key,
+                rec,
+                inline,
+                reservation,
+                cond,
+            )
+            .await?;
+        Ok(dto::CopyObjectOutput {
+            copy_object_result: Some(dto::CopyObjectResult {
+                e_tag: Some(etag(&rec.etag)),
+                last_modified: Some(timestamp(rec.last_modified_ms)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+    }
+}
+
 /// The source of a CopyObject: here, or read from the tier behind.
 enum Copied {
     Here(Source),
@@ -244,7 +336,7 @@ enum Copied {
 }
 
 /// The bucket and key of a copy source, checked as names in the caller's namespace.
-fn copy_source_name(source: &dto::CopySource) -> ApiResult<(&str, &str)> {
+pub(in crate::front) fn copy_source_name(source: &dto::CopySource) -> ApiResult<(&str, &str)> {
     let dto::CopySource::Bucket {
         bucket,
         key,
@@ -275,11 +367,11 @@ fn hex16(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 /// Where a copy source's read failure is kept, for the copy to fail with it.
-type Failure = Arc<std::sync::Mutex<Option<object_store::Error>>>;
+pub(in crate::front) type Failure = Arc<std::sync::Mutex<Option<object_store::Error>>>;
 
 /// A copy source's bytes as a body to store, its read failure kept aside: the write sees a
 /// broken body, the copy answers with why the source broke.
-fn source_failures(
+pub(in crate::front) fn source_failures(
     read: ReadStream,
 ) -> (
     impl futures::Stream<Item = Result<bytes::Bytes, String>> + Send + Unpin,
@@ -295,6 +387,6 @@ fn source_failures(
     (body, failed)
 }
 
-fn take(failed: &Failure) -> Option<object_store::Error> {
+pub(in crate::front) fn take(failed: &Failure) -> Option<object_store::Error> {
     failed.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
