@@ -3,8 +3,11 @@
 //! blob writer (or the catalog, for an inline body) sees it, and every read, local or from
 //! the tier, decrypts and authenticates what it returns; HEAD, GET, GetObjectAttributes and
 //! listings report the plaintext length. A tenant whose key is unavailable is refused before
-//! anything is read or written. Multipart uploads, CopyObject and UploadPartCopy of such a
-//! tenant are refused (not yet built). Every read is checked against its directory's rollback
+//! anything is read or written. A multipart upload's parts are encrypted as they arrive,
+//! each as piece `n` (its part number) under the generation drawn at its creation, and the
+//! completion records the parts' plaintext sizes in the entry (`completed_metadata`);
+//! CopyObject and UploadPartCopy decrypt their source and encrypt it again for the
+//! destination (`store_sealed`), never copying ciphertext. Every read is checked against its directory's rollback
 //! manifest, and every write rewrites it (`manifest`).
 
 use std::collections::BTreeMap;

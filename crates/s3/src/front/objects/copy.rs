@@ -2,6 +2,8 @@
 //! checksums (a corrupt source fails the copy instead of spreading), or copied server-side
 //! where the backend checks its own bytes; an inline source's copy stays inline with its
 //! checksums; a source only the tier has is read from it, its failures the tier's.
+//! A confidential tenant's copy is decrypted and encrypted again for its destination
+//! (`copy_sealed`; see [`crate::front::confidential`]).
 
 use std::ops::Range;
 use std::sync::{Arc, PoisonError};
