@@ -153,3 +153,62 @@ def test_ciphertext_altered_or_moved_in_the_shared_tier_is_refused(setup):
                               Range=f"bytes={2 * SEGMENT}-{2 * SEGMENT + 9}")["Body"].read()
     finally:
         second.stop()
+
+
+def test_multipart_uploads_and_copies_read_back_exactly_and_leave_no_plaintext(setup):
+    import io
+
+    from boto3.s3.transfer import TransferConfig
+
+    tmp_path, gw, agent, key = setup
+    node = agent.client(ALICE)
+    node.create_bucket(Bucket="ckpt")
+    # 17 MiB in 5 MiB parts (5, 5, 5, 2): each part its own encrypted stream.
+    body = os.urandom(17 * MiB)
+    config = TransferConfig(multipart_threshold=5 * MiB, multipart_chunksize=5 * MiB)
+    node.upload_fileobj(io.BytesIO(body), "ckpt", "big", Config=config)
+    assert node.head_object(Bucket="ckpt", Key="big")["ETag"].strip('"').endswith("-4")
+    node.copy_object(Bucket="ckpt", Key="big-copy", CopySource={"Bucket": "ckpt", "Key": "big"})
+    agent.wait_drained("alice")
+
+    probes = [body[i:i + 32] for i in range(0, len(body) - 32, len(body) // 23)]
+    for root in (tmp_path / "gw", tmp_path / "agent"):
+        for f in files_under(root):
+            data = f.read_bytes()
+            for p in probes:
+                assert p not in data, f"plaintext in {f}"
+    upstream = gw.client("alice")
+    raw = upstream.get_object(Bucket="ckpt", Key="big")["Body"].read()
+    assert len(raw) == 3 * stored_len(5 * MiB) + stored_len(2 * MiB) and raw[:4] == b"SLCE"
+
+    second = start_agent(tmp_path / "agent2", gw, key)
+    try:
+        for reader in (node, second.client(ALICE)):
+            listed = {o["Key"]: o["Size"]
+                      for o in reader.list_objects_v2(Bucket="ckpt").get("Contents", [])}
+            assert listed == {"big": len(body), "big-copy": len(body)}
+            for name in ("big", "big-copy"):
+                assert reader.head_object(Bucket="ckpt", Key=name)["ContentLength"] == len(body)
+                assert reader.get_object(Bucket="ckpt", Key=name)["Body"].read() == body, name
+                for a, b in [(5 * MiB - 1, 5 * MiB), (5 * MiB - 100, 5 * MiB + SEGMENT + 7),
+                             (SEGMENT - 3, SEGMENT + 2), (3 * MiB, 11 * MiB),
+                             (len(body) - 1, len(body) - 1)]:
+                    got = reader.get_object(Bucket="ckpt", Key=name, Range=f"bytes={a}-{b}")
+                    assert got["Body"].read() == body[a:b + 1], (name, a, b)
+        # A ranged UploadPartCopy takes plaintext bytes of the source.
+        up = node.create_multipart_upload(Bucket="ckpt", Key="spliced")["UploadId"]
+        a, b = 1000, 1000 + 6 * MiB - 1
+        p1 = node.upload_part_copy(Bucket="ckpt", Key="spliced", UploadId=up, PartNumber=1,
+                                   CopySource={"Bucket": "ckpt", "Key": "big"},
+                                   CopySourceRange=f"bytes={a}-{b}")
+        p2 = node.upload_part(Bucket="ckpt", Key="spliced", UploadId=up, PartNumber=2,
+                              Body=b"tail")
+        node.complete_multipart_upload(
+            Bucket="ckpt", Key="spliced", UploadId=up,
+            MultipartUpload={"Parts": [
+                {"PartNumber": 1, "ETag": p1["CopyPartResult"]["ETag"]},
+                {"PartNumber": 2, "ETag": p2["ETag"]}]})
+        got = node.get_object(Bucket="ckpt", Key="spliced")["Body"].read()
+        assert got == body[a:b + 1] + b"tail"
+    finally:
+        second.stop()
