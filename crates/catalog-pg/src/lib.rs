@@ -516,7 +516,30 @@ impl Engine for PgCatalog {
         cond: &Precondition,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
         self.inner
-            .complete_upload_if(tenant, bucket, upload_id, key, parts, now_ms, cond)
+            .complete_upload_if(tenant, bucket, upload_id, key, parts, now_ms, cond, None)
+    }
+
+    fn complete_upload_with(
+        &self,
+        tenant: &str,
+        bucket: &str,
+        upload_id: &str,
+        key: &str,
+        parts: &[PartSpec],
+        now_ms: i64,
+        cond: &Precondition,
+        metadata: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
+        self.inner.complete_upload_if(
+            tenant,
+            bucket,
+            upload_id,
+            key,
+            parts,
+            now_ms,
+            cond,
+            Some(metadata),
+        )
     }
 
     fn abort_upload(

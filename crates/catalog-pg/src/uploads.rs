@@ -144,6 +144,8 @@ impl Inner {
         Ok(old)
     }
 
+    /// [`sluice_meta::Engine::complete_upload_if`], or with `metadata`
+    /// [`sluice_meta::Engine::complete_upload_with`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn complete_upload_if(
         &self,
@@ -154,12 +156,16 @@ impl Inner {
         parts: &[PartSpec],
         now_ms: i64,
         cond: &Precondition,
+        metadata: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
         let (_slot, slot) = self.slot();
         let (object, replaced, unused, freed) = self.db.write(|tx| {
             require_bucket(tx, tenant, bucket)?;
             let mut up = upload(tx, tenant, bucket, upload_id, key)?;
             let mut object = assemble_upload(&mut up, parts, now_ms)?;
+            if let Some(m) = metadata {
+                object.metadata = m.clone();
+            }
             let replaced = current(tx, tenant, bucket, key)?;
             cond.check(replaced.as_ref())?;
             object.version = next_version(replaced.as_ref().map(|o| o.version));

@@ -43,6 +43,7 @@ macro_rules! catalog_conformance {
             create_only_puts_racing_for_one_key_have_exactly_one_winner,
             compare_and_swap_replaces_only_the_named_etag,
             a_failed_condition_leaves_a_multipart_upload_to_complete_later,
+            a_completion_with_its_own_metadata_records_it_in_the_same_transaction,
             every_commit_of_a_key_gets_a_greater_version,
             a_restore_keeps_the_greater_version_and_is_idempotent,
             a_lease_has_one_holder_until_released_or_lapsed,
@@ -666,6 +667,53 @@ pub fn a_failed_condition_leaves_a_multipart_upload_to_complete_later(h: &dyn Ha
         .expect("complete");
     assert_eq!(done.size, 4);
     assert_eq!(replaced.map(|o| o.size), Some(2));
+}
+
+pub fn a_completion_with_its_own_metadata_records_it_in_the_same_transaction(h: &dyn Harness) {
+    let c = open(h);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    let up = UploadRecord {
+        key: "k".into(),
+        metadata: [("kept".to_owned(), "upload".to_owned())]
+            .into_iter()
+            .collect(),
+        ..UploadRecord::default()
+    };
+    c.create_upload("a", "bkt", "u", &up).expect("upload");
+    let r = c.ledger().reserve("a", 4).expect("reserve");
+    let part = PartRecord {
+        blob: "p".into(),
+        size: 4,
+        etag: "00".into(),
+        last_modified_ms: 0,
+        checksums: None,
+    };
+    c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
+    let mine: std::collections::BTreeMap<String, String> =
+        [("entry".to_owned(), "p=4*1".to_owned())]
+            .into_iter()
+            .collect();
+    // A part listed with another ETag: refused, nothing changed, the upload stays.
+    let wrong = [PartSpec {
+        number: 1,
+        etag: "01".into(),
+    }];
+    assert!(matches!(
+        c.complete_upload_with("a", "bkt", "u", "k", &wrong, 9, &Precondition::None, &mine),
+        Err(MetaError::InvalidPart(1))
+    ));
+    assert!(c.get_object("a", "bkt", "k").expect("get").is_none());
+    let spec = [PartSpec {
+        number: 1,
+        etag: "00".into(),
+    }];
+    let (done, _, _) = c
+        .complete_upload_with("a", "bkt", "u", "k", &spec, 9, &Precondition::None, &mine)
+        .expect("complete");
+    assert_eq!(done.metadata, mine);
+    let stored = c.get_object("a", "bkt", "k").expect("get").expect("obj");
+    assert_eq!(stored.metadata, mine, "the upload's metadata replaced");
+    assert_eq!(stored.size, 4);
 }
 
 pub fn every_commit_of_a_key_gets_a_greater_version(h: &dyn Harness) {
