@@ -28,7 +28,6 @@ pub(super) fn hex(bytes: &[u8]) -> String {
     sluice_s3::blob::hex(bytes)
 }
 
-
 impl Drain {
     pub(super) fn sent(&self, tenant: &str, bytes: u64) {
         if let Some(t) = lock(&self.tenants).get_mut(tenant) {

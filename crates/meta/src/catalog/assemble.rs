@@ -40,8 +40,9 @@ pub fn assemble_upload(
             .parts
             .remove(&p.number)
             .ok_or(MetaError::InvalidPart(p.number))?;
-        let digest =
-            hex::decode(&part.etag).ok().ok_or_else(|| MetaError::Corrupt("part etag".into()))?;
+        let digest = hex::decode(&part.etag)
+            .ok()
+            .ok_or_else(|| MetaError::Corrupt("part etag".into()))?;
         md5.update(&digest);
         size += part.size;
         if part.size > 0 {
@@ -70,5 +71,3 @@ pub fn assemble_upload(
         version: 0,
     })
 }
-
-

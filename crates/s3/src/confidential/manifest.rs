@@ -125,8 +125,6 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-
-
 impl Manifest {
     /// The bytes the MAC covers: a label, tenant, bucket and directory (each a u32 LE length
     /// and the UTF-8 bytes), the counter (u64 LE), the number of entries (u32 LE), then each
@@ -222,7 +220,9 @@ impl Manifest {
             counter: wire.counter,
             objects,
         };
-        let tag = hex::decode(&wire.mac).ok().ok_or_else(|| bad("mac".into()))?;
+        let tag = hex::decode(&wire.mac)
+            .ok()
+            .ok_or_else(|| bad("mac".into()))?;
         if !key.verify_manifest_mac(&manifest.signed_bytes(scope), &tag) {
             return Err(ManifestError::Mac);
         }
