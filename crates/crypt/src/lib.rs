@@ -352,8 +352,13 @@ impl SegmentAad {
 }
 
 /// Encrypts one body a piece at a time: [`Encryptor::new`] gives the header, [`update`]
-/// appends every segment completed so far, [`finish`] the last one. It holds at most one
-/// segment of plaintext (the last segment's flag is known only at the end).
+/// appends to the caller's buffer every segment completed so far, [`finish`] the last one.
+///
+/// The segment being filled is kept as plaintext at the end of that buffer, where it is
+/// sealed in place once the next byte shows it is not the last (whose flag is known only at
+/// the end): each plaintext byte is copied once, into the buffer, and encrypted there. So
+/// between calls the caller may take bytes off the front of the buffer only up to
+/// `len - pending()` (the sealed ciphertext), and must keep the rest at its end.
 ///
 /// [`update`]: Encryptor::update
 /// [`finish`]: Encryptor::finish
@@ -363,7 +368,8 @@ pub struct Encryptor {
     part: u32,
     segment_size: usize,
     index: u64,
-    buf: Vec<u8>,
+    /// Plaintext bytes of the segment being filled, at the end of the caller's buffer.
+    pending: usize,
     plaintext_len: u64,
 }
 
@@ -405,16 +411,20 @@ impl Encryptor {
                 part: identity.part,
                 segment_size: size,
                 index: 0,
-                buf: Vec::with_capacity(size),
+                pending: 0,
                 plaintext_len: 0,
             },
             header,
         ))
     }
 
+    /// Seals the segment being filled, in place at the end of `out`, and appends its tag.
     fn seal(&mut self, last: bool, out: &mut Vec<u8>) {
-        let start = out.len();
-        out.extend_from_slice(&self.buf);
+        debug_assert!(
+            out.len() >= self.pending,
+            "the pending segment left the buffer"
+        );
+        let start = out.len().saturating_sub(self.pending);
         let tag = self
             .key
             .seal_in_place_separate_tag(
@@ -425,20 +435,29 @@ impl Encryptor {
             .unwrap_or_else(|_| unreachable!("a segment is far below GCM's length limit"));
         out.extend_from_slice(tag.as_ref());
         self.index += 1;
-        self.buf.clear();
+        self.pending = 0;
     }
 
-    /// Takes more plaintext; appends to `out` the segments it completes.
+    /// Takes more plaintext into the end of `out`, sealing there the segments it completes
+    /// (see the type's doc for what `out` must keep).
     pub fn update(&mut self, mut data: &[u8], out: &mut Vec<u8>) {
         self.plaintext_len += data.len() as u64;
         while !data.is_empty() {
-            if self.buf.len() == self.segment_size {
+            if self.pending == self.segment_size {
                 self.seal(false, out);
             }
-            let take = (self.segment_size - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..take]);
+            let take = (self.segment_size - self.pending).min(data.len());
+            out.extend_from_slice(&data[..take]);
+            self.pending += take;
             data = &data[take..];
         }
+    }
+
+    /// Plaintext bytes at the end of the caller's buffer not yet sealed: the segment being
+    /// filled.
+    #[must_use]
+    pub fn pending(&self) -> usize {
+        self.pending
     }
 
     /// Appends the last segment; returns the body's plaintext length.
