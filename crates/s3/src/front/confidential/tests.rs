@@ -20,8 +20,8 @@ use crate::confidential::{Confidential, ENTRY, TenantKey};
 use crate::error::{ApiError, ApiResult};
 use crate::front::{Front, FrontConfig, Tier, TierBucket, TierRead};
 
-const T: &str = "tenant";
-const B: &str = "bkt";
+pub(super) const T: &str = "tenant";
+pub(super) const B: &str = "bkt";
 const SEGMENT: u32 = 16;
 
 /// One answer for every tenant: a key, none, or a refusal.
@@ -33,7 +33,7 @@ impl Confidential for Keys {
     }
 }
 
-fn key(byte: u8) -> Arc<TenantKey> {
+pub(super) fn key(byte: u8) -> Arc<TenantKey> {
     Arc::new(TenantKey::from_bytes(&[byte; 32]).expect("key"))
 }
 
@@ -756,16 +756,29 @@ async fn a_ranged_upload_part_copy_takes_plaintext_bytes() {
 }
 
 /// The shared tier as the drain leaves it: each object's stored bytes with its record's
-/// size, ETag and metadata (the entry among them), which a test may then tamper with.
+/// size, ETag and metadata (the entry among them), which a test may then tamper with, take
+/// aside and put back (the rollback tests, `manifest/tests.rs`, use it too).
 #[derive(Default)]
-struct DrainedTier(Mutex<BTreeMap<String, (ObjectRecord, Bytes)>>);
+pub(super) struct DrainedTier(Mutex<BTreeMap<String, (ObjectRecord, Bytes)>>);
 
 impl DrainedTier {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (ObjectRecord, Bytes)>> {
+    pub(super) fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, BTreeMap<String, (ObjectRecord, Bytes)>> {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    async fn drain(&self, from: &Front, key: &str) {
+    /// Drains `key` from `from` as it is now (a key it no longer holds is deleted here).
+    pub(super) async fn drain(&self, from: &Front, key: &str) {
+        if from
+            .catalog()
+            .get_object(T, B, key)
+            .expect("catalog")
+            .is_none()
+        {
+            self.lock().remove(key);
+            return;
+        }
         let (rec, body) = stored(from, key).await;
         let rec = ObjectRecord {
             size: rec.size,
@@ -789,6 +802,15 @@ impl DrainedTier {
 
     fn object(&self, key: &str) -> ApiResult<(ObjectRecord, Bytes)> {
         self.lock().get(key).cloned().ok_or(ApiError::NoSuchKey)
+    }
+
+    /// A copy of what the tier holds of `key`, to put back later.
+    pub(super) fn take(&self, key: &str) -> (ObjectRecord, Bytes) {
+        self.object(key).expect("drained")
+    }
+
+    pub(super) fn put_back(&self, key: &str, copy: (ObjectRecord, Bytes)) {
+        self.lock().insert(key.to_owned(), copy);
     }
 }
 

@@ -215,26 +215,14 @@ impl Front {
                 })?
             }
         };
-        let (rec, inline) = new_object(stored, &written, repr);
-        let rec = self
-            .commit_object(
-                tenant,
-                &input.bucket,
-                &input.key,
-                rec,
-                inline,
-                reservation,
-                cond,
-            )
-            .await?;
-        Ok(dto::CopyObjectOutput {
-            copy_object_result: Some(dto::CopyObjectResult {
-                e_tag: Some(etag(&rec.etag)),
-                last_modified: Some(timestamp(rec.last_modified_ms)),
-                ..Default::default()
-            }),
-            ..Default::default()
-        })
+        self.commit_copy(
+            tenant,
+            (&input.bucket, &input.key),
+            (stored, written, reservation),
+            repr,
+            cond,
+        )
+        .await
     }
 }
 
@@ -308,17 +296,28 @@ impl Front {
             stored.discard(self, tenant).await;
             return Err(e);
         }
+        self.commit_copy(
+            tenant,
+            (&input.bucket, &input.key),
+            (stored, written, reservation),
+            repr,
+            cond,
+        )
+        .await
+    }
+
+    /// Commits a copy's new object as `(bucket, key)` and answers it.
+    async fn commit_copy(
+        &self,
+        tenant: &str,
+        (bucket, key): (&str, &str),
+        (stored, written, reservation): (Stored, Written, sluice_meta::Reservation),
+        repr: Representation,
+        cond: Precondition,
+    ) -> ApiResult<dto::CopyObjectOutput> {
         let (rec, inline) = new_object(stored, &written, repr);
         let rec = self
-            .commit_object(
-                tenant,
-                &input.bucket,
-                &input.key,
-                rec,
-                inline,
-                reservation,
-                cond,
-            )
+            .commit_object(tenant, bucket, key, rec, inline, reservation, cond)
             .await?;
         Ok(dto::CopyObjectOutput {
             copy_object_result: Some(dto::CopyObjectResult {

@@ -2,27 +2,25 @@
 //! to a tier a test may then roll back, and readers with no local copy (a fresh node, or one
 //! that has read the directory before and keeps its mark).
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError};
 
 use bytes::Bytes;
-use futures::{StreamExt as _, TryStreamExt as _};
+use futures::TryStreamExt as _;
 use object_store::memory::InMemory;
 use s3s::S3ErrorCode;
 use s3s::dto::{self, StreamingBlob};
-use sluice_meta::{Catalog, ObjectRecord};
+use sluice_meta::Catalog;
 
-use crate::blob::{BlobStore, DEFAULT_GRAIN, Pacer, ReadStream};
+use crate::blob::{BlobStore, DEFAULT_GRAIN};
 use crate::checksum::Expected;
 use crate::confidential::manifest::{
     HighWater, MANIFEST_NAME, Manifest, MemoryHighWater, Scope, Slot,
 };
 use crate::confidential::{Confidential, ENTRY, Entry, TenantKey};
 use crate::error::{ApiError, ApiResult};
-use crate::front::{Front, FrontConfig, Tier, TierBucket, TierRead};
+use crate::front::{Front, FrontConfig, Tier};
 
-const T: &str = "tenant";
-const B: &str = "bkt";
+use super::super::tests::{B, T, key};
 
 struct Keys(Arc<TenantKey>);
 
@@ -30,10 +28,6 @@ impl Confidential for Keys {
     fn tenant_key(&self, _: &str) -> Result<Option<Arc<TenantKey>>, String> {
         Ok(Some(Arc::clone(&self.0)))
     }
-}
-
-fn key(byte: u8) -> Arc<TenantKey> {
-    Arc::new(TenantKey::from_bytes(&[byte; 32]).expect("key"))
 }
 
 /// A node: its own catalog and blobs, the tenant's key, `marks` and, for a reader, `tier`.
@@ -110,110 +104,8 @@ fn assert_rollback(e: ApiError, k: &str, why: &str) {
     assert!(msg.contains(why), "{why} in {msg}");
 }
 
-/// The shared tier as the drain leaves it: each key's stored bytes and record.
-#[derive(Default)]
-struct Shelf(Mutex<BTreeMap<String, (ObjectRecord, Bytes)>>);
-
-impl Shelf {
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, (ObjectRecord, Bytes)>> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Drains `k` from `from` as it is now (a key it no longer holds is deleted here).
-    async fn drain(&self, from: &Front, k: &str) {
-        let Some((rec, inline)) = from.catalog().get_object_with_body(T, B, k).expect("c") else {
-            self.lock().remove(k);
-            return;
-        };
-        let body: Bytes = if let Some(b) = inline {
-            b.into()
-        } else {
-            let chunks: Vec<Bytes> = from
-                .blobs()
-                .read(&Pacer::unthrottled(T), &rec.segments, 0..rec.size, None)
-                .try_collect()
-                .await
-                .expect("read");
-            chunks.concat().into()
-        };
-        let rec = ObjectRecord {
-            size: rec.size,
-            etag: rec.etag,
-            metadata: rec.metadata,
-            ..ObjectRecord::default()
-        };
-        self.lock().insert(k.to_owned(), (rec, body));
-    }
-
-    fn take(&self, k: &str) -> (ObjectRecord, Bytes) {
-        self.lock().get(k).cloned().expect("drained")
-    }
-
-    fn put_back(&self, k: &str, copy: (ObjectRecord, Bytes)) {
-        self.lock().insert(k.to_owned(), copy);
-    }
-}
-
-#[async_trait::async_trait]
-impl Tier for Shelf {
-    async fn head(&self, _: &str, _: &str, k: &str) -> ApiResult<ObjectRecord> {
-        self.lock()
-            .get(k)
-            .map(|o| o.0.clone())
-            .ok_or(ApiError::NoSuchKey)
-    }
-
-    async fn get(
-        &self,
-        _: &str,
-        _: &str,
-        k: &str,
-        range: Option<dto::Range>,
-    ) -> ApiResult<TierRead> {
-        let (record, body) = self.lock().get(k).cloned().ok_or(ApiError::NoSuchKey)?;
-        let range = match range {
-            None => 0..record.size,
-            Some(r) => r.check(record.size).map_err(|_| ApiError::InvalidRange)?,
-        };
-        #[allow(clippy::cast_possible_truncation)]
-        let bytes = body.slice(range.start as usize..range.end as usize);
-        Ok(TierRead {
-            record,
-            range,
-            body: ReadStream::new(futures::stream::iter([Ok(bytes)]).boxed()),
-        })
-    }
-
-    async fn list(
-        &self,
-        _: &str,
-        _: &str,
-        prefix: &str,
-        after: Option<&str>,
-    ) -> ApiResult<Vec<(String, ObjectRecord)>> {
-        Ok(self
-            .lock()
-            .iter()
-            .filter(|(k, _)| k.starts_with(prefix) && after.is_none_or(|a| k.as_str() > a))
-            .map(|(k, (rec, _))| (k.clone(), rec.clone()))
-            .collect())
-    }
-
-    async fn buckets(&self, _: &str) -> ApiResult<Vec<TierBucket>> {
-        Ok(vec![TierBucket {
-            name: B.into(),
-            created: None,
-        }])
-    }
-
-    async fn has_bucket(&self, _: &str, bucket: &str) -> ApiResult<bool> {
-        Ok(bucket == B)
-    }
-
-    fn stalled(&self, _: &str) -> Option<String> {
-        None
-    }
-}
+/// The shared tier as the drain leaves it: the confidential tests' own.
+use super::super::tests::DrainedTier as Shelf;
 
 const MANIFEST: &str = "step-1/.sluice-manifest";
 
