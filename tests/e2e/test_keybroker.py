@@ -119,3 +119,59 @@ def test_a_refused_key_is_unavailable_then_loads_once_released(tmp_path, tier, b
         assert node.get_object(Bucket="ckpt", Key="w.bin")["Body"].read() == b"secret weights " * 1000
     finally:
         agent.stop()
+
+
+def refused_for_the_key(node, key: str) -> bool:
+    """Whether a read of `key` is refused because the tenant's key is unavailable."""
+    try:
+        node.get_object(Bucket="ckpt", Key=key)["Body"].read()
+    except ClientError as e:
+        assert e.response["ResponseMetadata"]["HTTPStatusCode"] == 503, e.response
+        return True
+    return False
+
+
+def test_crypto_shred_at_the_broker_leaves_no_agent_able_to_decrypt(tmp_path, tier, broker):
+    """Removing the tenant's key at the broker shreds it: both agents, the writer and one that
+    reads only from the tier, drop the key at their next check and refuse every read, and an
+    agent started afterwards has no key to load."""
+    broker.put(RESOURCE, os.urandom(32))
+    evidence = tmp_path / "evidence"
+    evidence.write_text("attested")
+    agents = [start_agent(tmp_path / "writer", tier.endpoint, broker, evidence)]
+    try:
+        writer = agents[0]
+        node = writer.client(ALICE)
+        node.create_bucket(Bucket="ckpt")
+        bodies = {"big": os.urandom(3 * 1024 * 1024), "small": os.urandom(2000)}
+        for k, v in bodies.items():
+            node.put_object(Bucket="ckpt", Key=k, Body=v)
+        writer.wait_drained("alice", timeout=60)
+        agents.append(start_agent(tmp_path / "reader", tier.endpoint, broker, evidence))
+        for agent in agents:
+            for k, v in bodies.items():
+                assert agent.client(ALICE).get_object(Bucket="ckpt", Key=k)["Body"].read() == v
+
+        broker.remove(RESOURCE)
+        deadline = time.monotonic() + 25  # the agents check a loaded key every 10 s
+        for agent in agents:
+            client = agent.client(ALICE)
+            while not all(refused_for_the_key(client, k) for k in bodies):
+                assert time.monotonic() < deadline, key_state(agent)
+                time.sleep(0.2)
+            assert key_state(agent)["loaded"] is False
+            assert "404" in key_state(agent)["error"], key_state(agent)
+        assert broker.answered[404] >= 2
+
+        # A node started after the shred finds nothing to load either.
+        agents.append(start_agent(tmp_path / "late", tier.endpoint, broker, evidence))
+        assert key_state(agents[2])["loaded"] is False
+        assert all(refused_for_the_key(agents[2].client(ALICE), k) for k in bodies)
+        # What remains upstream is ciphertext only.
+        upstream = tier.client(ALICE)
+        for k, v in bodies.items():
+            stored = upstream.get_object(Bucket="ckpt", Key=k)["Body"].read()
+            assert stored[:4] == b"SLCE" and v[:64] not in stored
+    finally:
+        for agent in agents:
+            agent.stop()
