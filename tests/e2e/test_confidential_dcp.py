@@ -8,25 +8,15 @@ from __future__ import annotations
 
 import os
 
-from harness import REGION, Backend, Gateway, require_module
+from harness import Backend, Gateway, require_module
 from test_confidential import ALICE, files_under, start_agent
-from test_dcp import assert_same
+from test_dcp import assert_same, storage_options
 
 MiB = 1024 * 1024
 
 
 def options(endpoint: str) -> dict:
-    """s3fs settings for DCP, as docs/clients.md gives them (5 MiB blocks: multipart)."""
-    return {
-        "key": ALICE.access_key,
-        "secret": ALICE.secret_key,
-        "endpoint_url": endpoint,
-        "client_kwargs": {"region_name": REGION},
-        "config_kwargs": {"s3": {"addressing_style": "path"}},
-        "default_block_size": 5 * MiB,
-        "skip_instance_cache": True,
-        "use_listings_cache": False,
-    }
+    return storage_options(endpoint, ALICE)
 
 
 def test_dcp_saves_and_restores_through_encrypted_agents_with_no_plaintext_at_rest(tmp_path):

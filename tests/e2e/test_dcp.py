@@ -25,11 +25,11 @@ def tiers(tmp_path):
     gw.stop()
 
 
-def storage_options(endpoint: str) -> dict:
+def storage_options(endpoint: str, tenant: Tenant = ALICE) -> dict:
     """What DCP's fsspec writer and reader pass to s3fs: the settings in docs/clients.md."""
     return {
-        "key": ALICE.access_key,
-        "secret": ALICE.secret_key,
+        "key": tenant.access_key,
+        "secret": tenant.secret_key,
         "endpoint_url": endpoint,
         "client_kwargs": {"region_name": REGION},
         "config_kwargs": {"s3": {"addressing_style": "path"}},
