@@ -371,11 +371,8 @@ impl Recorder {
     }
 }
 
-/// dmClock's δ over real clients: a request to one gateway carries what the other served the
-/// tenant since its previous request here (requests and bytes), once; a request the gateway
-/// did not admit (503) serves nothing, and the δ it carried goes with the next request.
-#[tokio::test]
-async fn requests_carry_what_the_other_gateway_served_since_the_last_one_here() {
+/// Two recording gateways and a pool over them for tenant `T`.
+async fn recorded_pair() -> ([Recorder; 2], Pool<crate::upstream::Upstream>) {
     let gws = [Recorder::start().await, Recorder::start().await];
     let creds = std::collections::HashMap::from([(
         T.to_owned(),
@@ -386,6 +383,15 @@ async fn requests_carry_what_the_other_gateway_served_since_the_last_one_here() 
     )]);
     let endpoints = gws.each_ref().map(|g| g.endpoint.clone());
     let pool = Pool::connect(&endpoints, "us-east-1", &creds, &[]).expect("pool");
+    (gws, pool)
+}
+
+/// dmClock's δ over real clients: a request to one gateway carries what the other served the
+/// tenant since its previous request here (requests and bytes), once; a request the gateway
+/// did not admit (503) serves nothing, and the δ it carried goes with the next request.
+#[tokio::test]
+async fn requests_carry_what_the_other_gateway_served_since_the_last_one_here() {
+    let (gws, pool) = recorded_pair().await;
     let (on0, on1) = (key_on(&pool, 0), key_on(&pool, 1));
     let put = |key: String, len: usize| {
         let pool = &pool;
@@ -437,16 +443,7 @@ async fn requests_carry_what_the_other_gateway_served_since_the_last_one_here() 
 /// (ρ ≤ δ), and an answer that does not say, or says nonsense, adds nothing to it.
 #[tokio::test]
 async fn requests_carry_what_the_other_gateway_served_by_reservation() {
-    let gws = [Recorder::start().await, Recorder::start().await];
-    let creds = std::collections::HashMap::from([(
-        T.to_owned(),
-        crate::upstream::Credentials {
-            access_key: "AKT".into(),
-            secret_key: "secret".into(),
-        },
-    )]);
-    let endpoints = gws.each_ref().map(|g| g.endpoint.clone());
-    let pool = Pool::connect(&endpoints, "us-east-1", &creds, &[]).expect("pool");
+    let (gws, pool) = recorded_pair().await;
     let (on0, on1) = (key_on(&pool, 0), key_on(&pool, 1));
     let put = |key: String, len: usize| {
         let pool = &pool;
