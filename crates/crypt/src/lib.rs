@@ -82,6 +82,15 @@ pub enum Error {
     Length { len: u64, segment_size: u32 },
     #[error("range {start}..{end} is not inside an object of {len} bytes")]
     Range { start: u64, end: u64, len: u64 },
+    #[error(
+        "segment {index} given {len} plaintext bytes into {out} bytes: every segment but the last holds exactly {segment_size}, and its output is {TAG_LEN} bytes longer"
+    )]
+    Misfit {
+        index: u64,
+        len: usize,
+        out: usize,
+        segment_size: usize,
+    },
 }
 
 /// A tenant's key encryption key. Only its id is ever printed.
@@ -451,6 +460,62 @@ impl Encryptor {
             self.pending += take;
             data = &data[take..];
         }
+    }
+
+    /// Seals the next segment out of place, for a caller that keeps the plaintext where it
+    /// arrived: its plaintext is `head` then `tail` (a segment that lies across two of the
+    /// caller's buffers; either may be empty), and its ciphertext then tag go to `out`,
+    /// exactly `head.len() + tail.len() + TAG_LEN` bytes. The AEAD reads the plaintext
+    /// where it is and writes the ciphertext once, so no byte is copied first. Every segment
+    /// but the `last` holds exactly the segment size; a misfit is refused, `out` untouched.
+    /// Not to be mixed with [`update`](Encryptor::update) in one body.
+    pub fn seal_next(
+        &mut self,
+        head: &[u8],
+        tail: &[u8],
+        last: bool,
+        out: &mut [u8],
+    ) -> Result<(), Error> {
+        let len = head.len() + tail.len();
+        let fits = if last {
+            len <= self.segment_size
+        } else {
+            len == self.segment_size
+        };
+        if !fits || self.pending != 0 || out.len() != len + TAG_LEN {
+            return Err(Error::Misfit {
+                index: self.index,
+                len,
+                out: out.len(),
+                segment_size: self.segment_size,
+            });
+        }
+        let (ciphertext, rest) = out.split_at_mut(head.len());
+        self.key
+            .seal_out_of_place_scatter(
+                nonce(self.part, self.index),
+                self.aad.at(self.index, last),
+                head,
+                ciphertext,
+                tail,
+                rest,
+            )
+            .unwrap_or_else(|_| unreachable!("the lengths are checked above"));
+        self.index += 1;
+        self.plaintext_len += len as u64;
+        Ok(())
+    }
+
+    /// Plaintext bytes per segment.
+    #[must_use]
+    pub fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    /// Plaintext bytes taken so far.
+    #[must_use]
+    pub fn plaintext_len(&self) -> u64 {
+        self.plaintext_len
     }
 
     /// Plaintext bytes at the end of the caller's buffer not yet sealed: the segment being

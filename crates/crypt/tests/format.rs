@@ -84,6 +84,68 @@ fn streaming_in_uneven_pieces_equals_the_layout() {
     assert_eq!(decrypt(&k, &id("o"), &ct).expect("decrypt"), plain);
 }
 
+/// Segments sealed out of place, each from two pieces split at every offset (as a segment
+/// lies across two of a caller's buffers), make the same format: the body decrypts, and
+/// every segment and tag lands where the layout says.
+#[test]
+fn sealing_out_of_place_from_two_pieces_equals_the_layout() {
+    let k = key(1);
+    let s = SEG as usize;
+    for len in sizes() {
+        let plain = pattern(len);
+        let (mut enc, header) = Encryptor::new(&k, &id("o"), SEG).expect("encryptor");
+        let mut ct = header.to_vec();
+        let segments: Vec<&[u8]> = if len == 0 {
+            vec![&[]]
+        } else {
+            plain.chunks(s).collect()
+        };
+        for (i, seg) in segments.iter().enumerate() {
+            let (head, tail) = seg.split_at((i * 7) % (seg.len() + 1));
+            let mut out = vec![0u8; seg.len() + TAG_LEN];
+            enc.seal_next(head, tail, i + 1 == segments.len(), &mut out)
+                .expect("fits");
+            ct.extend_from_slice(&out);
+        }
+        assert_eq!(enc.plaintext_len(), len as u64);
+        let layout = Layout::new(SEG, len as u64).expect("layout");
+        assert_eq!(ct.len() as u64, layout.ciphertext_len(), "len {len}");
+        assert_eq!(
+            decrypt(&k, &id("o"), &ct).expect("decrypt"),
+            plain,
+            "len {len}"
+        );
+    }
+}
+
+/// A segment short of the segment size that is not the last, one over it, or an output of
+/// the wrong length is refused and nothing is written.
+#[test]
+fn a_misfit_segment_is_refused_out_of_place() {
+    let k = key(1);
+    let (mut enc, _) = Encryptor::new(&k, &id("o"), SEG).expect("encryptor");
+    let s = SEG as usize;
+    let plain = pattern(s + 1);
+    for (head, tail, last, out) in [
+        (&plain[..s - 1], &plain[..0], false, s - 1 + TAG_LEN),
+        (&plain[..s], &plain[s..], true, s + 1 + TAG_LEN),
+        (&plain[..s], &plain[..0], false, s),
+    ] {
+        let mut buf = vec![9u8; out];
+        assert!(
+            matches!(
+                enc.seal_next(head, tail, last, &mut buf),
+                Err(Error::Misfit { index: 0, .. })
+            ),
+            "{} + {} bytes into {out}",
+            head.len(),
+            tail.len()
+        );
+        assert!(buf.iter().all(|&b| b == 9), "a refused seal wrote");
+    }
+    assert_eq!(enc.plaintext_len(), 0);
+}
+
 #[test]
 fn ciphertext_lengths_no_plaintext_encrypts_to_are_refused() {
     let s = u64::from(SEG);

@@ -31,9 +31,11 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use buffers::SealBuffers;
 pub use sluice_crypt::TenantKey;
 use sluice_crypt::{Identity, Layout};
 
+mod buffers;
 pub mod manifest;
 pub mod stream;
 

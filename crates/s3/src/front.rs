@@ -86,6 +86,8 @@ struct Inner {
     confidential: Option<Arc<dyn Confidential>>,
     /// Plaintext bytes per segment of the bodies encrypted here.
     segment_size: u32,
+    /// The buffers bodies are encrypted into (see [`crate::confidential::SealBuffers`]).
+    seal_buffers: crate::confidential::SealBuffers,
     /// The rollback manifests' marks, locks and caches (see
     /// [`crate::confidential::manifest`]).
     manifests: Arc<confidential::Manifests>,
@@ -119,6 +121,7 @@ impl Front {
                 tier: None,
                 confidential: None,
                 segment_size: sluice_crypt::DEFAULT_SEGMENT_SIZE,
+                seal_buffers: crate::confidential::SealBuffers::default(),
                 manifests: Arc::default(),
                 records: true,
                 inline_records: true,

@@ -18,17 +18,24 @@ use futures::{Stream, StreamExt as _};
 use md5::{Digest as _, Md5};
 use sluice_crypt::{Decryptor, Encryptor, HEADER_LEN, TAG_LEN, TenantKey};
 
+use super::buffers::SealBuffers;
 use super::{Entry, EntryError, Undecryptable};
 use crate::blob::ReadStream;
 use crate::error::{ApiError, ApiResult};
 
 /// Stored bytes an [`Encrypting`] stream gathers before it hands them on, at least: large
 /// enough that the few bytes it carries over to the next buffer each time (the tail of a
-/// block and the segment being filled) are a small share of what it hands on.
+/// block) are a small share of what it hands on.
 const EMIT: usize = 2 << 20;
 /// The block the local disk writes directly (`O_DIRECT`): every buffer an [`Encrypting`]
 /// stream hands on starts at a multiple of it in the stored body.
 const BLOCK: usize = 4096;
+
+/// The length of the buffers an [`Encrypting`] stream of `segment_size` writes into: a
+/// buffer's worth, a segment and its tag, and the block carried over.
+fn buffer_len(segment_size: usize) -> usize {
+    EMIT + segment_size + TAG_LEN + BLOCK
+}
 
 /// A request body encrypted on its way through: the header, then the segments as they are
 /// completed, the last at the end, handed on in buffers of at least [`EMIT`] bytes (the last
@@ -36,23 +43,31 @@ const BLOCK: usize = 4096;
 /// plaintext; without one the hash would be work thrown away: the ETag is the stored
 /// ciphertext's, computed by the blob writer).
 ///
-/// Each plaintext byte is copied once, into the buffer being filled, and encrypted there
-/// ([`Encryptor`]). Every buffer handed on is a fresh allocation (which the `sluice` binary's
-/// allocator starts on a page, see `sluice-alloc`) starting at a multiple of [`BLOCK`] of the
-/// stored body, so the node's disk writes it from where it is rather than copying it into an
-/// aligned buffer first (`sluice_store::local`): an encrypted body costs the node one copy
-/// and the cipher more than a plain one, not three copies.
+/// No plaintext byte is copied: the body's pieces are kept as they came (shared `Bytes`)
+/// until a segment is complete and known not to be the last (a byte after it has come),
+/// and the AEAD reads the segment from those pieces and writes its ciphertext into the
+/// output buffer ([`Encryptor::seal_next`]): a segment across two pieces is sealed from both
+/// where they are, and only one across three or more (pieces shorter than a segment) is
+/// gathered first. The output buffers come from [`SealBuffers`] (initialized, reused, no
+/// fault) and start on a page (the `sluice` binary's allocator, see `sluice-alloc`); every
+/// one handed on starts at a multiple of [`BLOCK`] of the stored body, so the node's disk
+/// writes it from where it is. An encrypted body costs the node the cipher, reading the
+/// plaintext and writing the ciphertext once, and the few bytes of a block carried from
+/// one buffer to the next.
 pub struct Encrypting<S> {
     inner: S,
     encryptor: Option<Encryptor>,
-    /// The stored bytes not yet handed on, from a multiple of [`BLOCK`] of the body: sealed
-    /// ciphertext, then the plaintext of the segment being filled.
+    /// The output being filled: `out[..filled]` are stored bytes from a multiple of
+    /// [`BLOCK`] of the body.
     out: Vec<u8>,
-    capacity: usize,
-    /// What is left of the piece of body being taken in (taken a segment at a time, so that
-    /// the buffer is handed on before it would outgrow its capacity and be copied).
+    filled: usize,
+    buffers: SealBuffers,
+    /// The plaintext of the segment being filled, in the pieces it came in.
+    held: Vec<Bytes>,
+    held_len: usize,
+    /// What is left of the piece of body being taken in.
     rest: Bytes,
-    step: usize,
+    segment: usize,
     md5: Option<Md5>,
 }
 
@@ -63,20 +78,23 @@ impl<S> Encrypting<S> {
         entry: &Entry,
         identity: &sluice_crypt::Identity<'_>,
         hash_plaintext: bool,
+        buffers: &SealBuffers,
     ) -> ApiResult<Self> {
         let (encryptor, header) = Encryptor::new(key, identity, entry.segment_size)
             .map_err(|e| ApiError::Internal(format!("encrypting a body: {e}")))?;
-        // Room for a buffer's worth, the segment being filled and its tag, without growing.
-        let capacity = EMIT + entry.segment_size as usize + TAG_LEN + BLOCK;
-        let mut out = Vec::with_capacity(capacity);
-        out.extend_from_slice(&header);
+        let segment = entry.segment_size as usize;
+        let mut out = buffers.take(buffer_len(segment));
+        out[..header.len()].copy_from_slice(&header);
         Ok(Self {
             inner,
             encryptor: Some(encryptor),
             out,
-            capacity,
+            filled: header.len(),
+            buffers: buffers.clone(),
+            held: Vec::new(),
+            held_len: 0,
             rest: Bytes::new(),
-            step: entry.segment_size as usize,
+            segment,
             md5: hash_plaintext.then(Md5::new),
         })
     }
@@ -86,13 +104,60 @@ impl<S> Encrypting<S> {
         self.md5.as_ref().map(|m| m.clone().finalize().into())
     }
 
-    /// Hands on the first `n` bytes gathered (a multiple of [`BLOCK`]), carrying the rest
-    /// over to a fresh buffer.
+    /// Hands on the first `n` bytes filled (a multiple of [`BLOCK`], or all at the end),
+    /// carrying the rest over to the start of a fresh buffer.
     fn hand_on(&mut self, n: usize) -> Bytes {
-        let mut next = Vec::with_capacity(self.capacity);
-        next.extend_from_slice(&self.out[n..]);
-        self.out.truncate(n);
-        Bytes::from(std::mem::replace(&mut self.out, next))
+        let mut next = self.buffers.take(self.out.len());
+        let carry = self.filled - n;
+        next[..carry].copy_from_slice(&self.out[n..self.filled]);
+        self.filled = carry;
+        let full = std::mem::replace(&mut self.out, next);
+        self.buffers.hand_on(full, n)
+    }
+
+    /// Seals the segment held plus `take` bytes of `rest` into the output.
+    fn seal(&mut self, take: usize, last: bool) -> Result<(), sluice_crypt::Error> {
+        let Some(enc) = self.encryptor.as_mut() else {
+            return Ok(());
+        };
+        let tail = self.rest.split_to(take);
+        let len = self.held_len + tail.len();
+        let out = &mut self.out[self.filled..self.filled + len + TAG_LEN];
+        let sealed = match self.held.as_slice() {
+            [] => enc.seal_next(&tail, &[], last, out),
+            [head] => enc.seal_next(head, &tail, last, out),
+            pieces => {
+                // Pieces shorter than a segment: gathered, the one copy left.
+                let mut gathered = Vec::with_capacity(len);
+                for p in pieces {
+                    gathered.extend_from_slice(p);
+                }
+                gathered.extend_from_slice(&tail);
+                enc.seal_next(&gathered, &[], last, out)
+            }
+        };
+        sealed?;
+        self.filled += len + TAG_LEN;
+        self.held.clear();
+        self.held_len = 0;
+        Ok(())
+    }
+}
+
+/// A failure of an [`Encrypting`] stream: the body's own, or the encryptor's refusal of a
+/// segment (a fault of the stream's own bookkeeping, never of the client's bytes).
+#[derive(Debug)]
+pub enum SealError<E> {
+    Body(E),
+    Seal(sluice_crypt::Error),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for SealError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Body(e) => e.fmt(f),
+            Self::Seal(e) => write!(f, "encrypting a body: {e}"),
+        }
     }
 }
 
@@ -100,26 +165,35 @@ impl<S, E> Stream for Encrypting<S>
 where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
 {
-    type Item = Result<Bytes, E>;
+    type Item = Result<Bytes, SealError<E>>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            let Some(enc) = this.encryptor.as_mut() else {
+            if this.encryptor.is_none() {
                 return Poll::Ready(None);
-            };
+            }
             while !this.rest.is_empty() {
-                let piece = this.rest.split_to(this.step.min(this.rest.len()));
-                enc.update(&piece, &mut this.out);
-                let sealed = this.out.len() - enc.pending();
-                if sealed >= EMIT {
-                    let n = sealed / BLOCK * BLOCK;
+                let need = this.segment - this.held_len;
+                if this.rest.len() <= need {
+                    // The segment is not complete, or not known not to be the last: held
+                    // as it came until the next piece (or the end) says which.
+                    this.held_len += this.rest.len();
+                    this.held.push(std::mem::take(&mut this.rest));
+                    break;
+                }
+                if let Err(e) = this.seal(need, false) {
+                    this.encryptor = None;
+                    return Poll::Ready(Some(Err(SealError::Seal(e))));
+                }
+                if this.filled >= EMIT {
+                    let n = this.filled / BLOCK * BLOCK;
                     return Poll::Ready(Some(Ok(this.hand_on(n))));
                 }
             }
             match Pin::new(&mut this.inner).poll_next(cx) {
                 Poll::Pending => return Poll::Pending,
-                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(e))),
+                Poll::Ready(Some(Err(e))) => return Poll::Ready(Some(Err(SealError::Body(e)))),
                 Poll::Ready(Some(Ok(chunk))) => {
                     if let Some(md5) = this.md5.as_mut() {
                         md5.update(&chunk);
@@ -127,10 +201,18 @@ where
                     this.rest = chunk;
                 }
                 Poll::Ready(None) => {
-                    if let Some(enc) = this.encryptor.take() {
-                        enc.finish(&mut this.out);
+                    // The segment held is the last (or, for an empty body, the only one).
+                    let sealed = this.seal(0, true);
+                    this.encryptor = None;
+                    if let Err(e) = sealed {
+                        return Poll::Ready(Some(Err(SealError::Seal(e))));
                     }
-                    return Poll::Ready(Some(Ok(Bytes::from(std::mem::take(&mut this.out)))));
+                    let n = this.filled;
+                    let last = this.hand_on(n);
+                    // The fresh buffer taken for a carry of nothing goes back unused.
+                    let spare = std::mem::take(&mut this.out);
+                    drop(this.buffers.hand_on(spare, 0));
+                    return Poll::Ready(Some(Ok(last)));
                 }
             }
         }
@@ -373,24 +455,19 @@ mod tests {
     use super::*;
     use crate::confidential::Entry;
 
-    /// An encrypted body handed on in uneven pieces comes out in buffers of at least `EMIT`
-    /// bytes (the last shorter), each starting at a multiple of `BLOCK` of the stored body
-    /// (what lets the disk write it from where it is), which together decrypt exactly.
-    #[tokio::test]
-    async fn buffers_start_on_blocks_of_the_body_and_decrypt_to_the_plaintext() {
+    /// `plain` encrypted from pieces of the sizes `sizes` (cycled), as a socket hands them
+    /// in: the buffers handed on, each with its offset in the stored body.
+    async fn seal_in_pieces(
+        plain: &[u8],
+        sizes: &[usize],
+        buffers: &SealBuffers,
+    ) -> (Vec<u8>, Vec<(usize, usize)>) {
         let key = TenantKey::from_bytes(&[7u8; 32]).expect("key");
         let entry = Entry::fresh(65_536);
         let identity = entry.identity("t", "b", "o", 0);
-        let plain: Vec<u8> = (0..5 * EMIT + 12_345)
-            .map(|i| (i * 31 % 251) as u8)
-            .collect();
-        // Pieces of every size around a segment and a block, as a socket hands them in.
         let mut pieces = Vec::new();
         let mut at = 0;
-        for size in [1, 4095, 65_537, 300_000, 77, 131_072, 1 << 20]
-            .iter()
-            .cycle()
-        {
+        for size in sizes.iter().cycle() {
             if at == plain.len() {
                 break;
             }
@@ -406,6 +483,7 @@ mod tests {
             &entry,
             &identity,
             false,
+            buffers,
         )
         .expect("encrypting");
         let mut stored = Vec::new();
@@ -415,6 +493,24 @@ mod tests {
             handed.push((stored.len(), b.len()));
             stored.extend_from_slice(&b);
         }
+        let back = sluice_crypt::decrypt(&key, &identity, &stored).expect("decrypts");
+        assert!(back == plain, "the plaintext back exactly");
+        (stored, handed)
+    }
+
+    /// An encrypted body handed on in uneven pieces (one byte, less than a block, a segment
+    /// and a byte, several segments, ...: segments within one piece, across two and across
+    /// many) comes out in buffers of at least `EMIT` bytes (the last shorter), each starting
+    /// at a multiple of `BLOCK` of the stored body (what lets the disk write it from where it
+    /// is), which together decrypt exactly.
+    #[tokio::test]
+    async fn buffers_start_on_blocks_of_the_body_and_decrypt_to_the_plaintext() {
+        let plain: Vec<u8> = (0..5 * EMIT + 12_345)
+            .map(|i| (i * 31 % 251) as u8)
+            .collect();
+        let buffers = SealBuffers::default();
+        let sizes = [1, 4095, 65_537, 300_000, 77, 131_072, 1 << 20];
+        let (_, handed) = seal_in_pieces(&plain, &sizes, &buffers).await;
         let (last, most) = handed.split_last().expect("buffers");
         for &(offset, len) in most {
             assert_eq!(offset % BLOCK, 0, "a buffer at {offset}");
@@ -426,7 +522,30 @@ mod tests {
         }
         assert_eq!(last.0 % BLOCK, 0);
         assert!(handed.len() >= 5, "{handed:?}");
-        let back = sluice_crypt::decrypt(&key, &identity, &stored).expect("decrypts");
-        assert!(back == plain, "the plaintext back exactly");
+        // Every buffer came back once its bytes were dropped; a second body reuses them.
+        let kept = buffers.kept();
+        assert!(kept >= 1, "no buffer came back");
+        seal_in_pieces(&plain, &sizes, &buffers).await;
+        assert_eq!(
+            buffers.kept(),
+            kept,
+            "a second body did not reuse the buffers"
+        );
+    }
+
+    /// Pieces of exactly a segment (each segment held until the next piece shows it is not
+    /// the last), of whole blocks, and an empty body, all decrypt exactly; the empty body is
+    /// the header and one empty last segment.
+    #[tokio::test]
+    async fn segment_sized_pieces_and_an_empty_body_decrypt_exactly() {
+        let buffers = SealBuffers::default();
+        let plain: Vec<u8> = (0..3 * EMIT).map(|i| (i * 7 % 253) as u8).collect();
+        for sizes in [&[65_536][..], &[4096], &[2 * 65_536, 65_536 - 4096]] {
+            seal_in_pieces(&plain, sizes, &buffers).await;
+            seal_in_pieces(&plain[..65_536], sizes, &buffers).await;
+        }
+        let (stored, handed) = seal_in_pieces(&[], &[1], &buffers).await;
+        assert_eq!(stored.len(), HEADER_LEN + TAG_LEN);
+        assert_eq!(handed, vec![(0, HEADER_LEN + TAG_LEN)]);
     }
 }

@@ -130,7 +130,14 @@ impl Front {
         let identity = seal
             .entry
             .identity(tenant, &seal.bucket, &seal.object, seal.part);
-        let sealed = stream::Encrypting::new(body, &seal.key, &seal.entry, &identity, false)?;
+        let sealed = stream::Encrypting::new(
+            body,
+            &seal.key,
+            &seal.entry,
+            &identity,
+            false,
+            &self.inner.seal_buffers,
+        )?;
         let max = sluice_crypt::Layout::new(seal.entry.segment_size, self.config().max_object_size)
             .map_or(u64::MAX, |l| l.ciphertext_len());
         self.store_body(tenant, bucket, sealed, Some(stored_len), max, inline, None)

@@ -294,6 +294,7 @@ impl Front {
                     &seal.entry,
                     &identity,
                     content_md5.is_some(),
+                    &self.inner.seal_buffers,
                 )?;
                 let declared = declared.map(stored_len).transpose()?;
                 let (stored, written, reservation) = self
