@@ -75,19 +75,22 @@ struct Measured {
     cold: bool,
 }
 
-/// Files under `dir`, recursively: the local backend's blobs (nothing is staged between
-/// phases).
-pub fn count_files(dir: &Path) -> std::io::Result<usize> {
-    let mut n = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry.file_type()?.is_dir() {
-            n += count_files(&entry.path())?;
-        } else {
-            n += 1;
+/// Files under `dir`, recursively, by path: the local backend's blobs (nothing is staged
+/// between phases).
+pub fn list_files(dir: &Path) -> std::io::Result<std::collections::BTreeSet<std::path::PathBuf>> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                dirs.push(entry.path());
+            } else {
+                out.insert(entry.path());
+            }
         }
     }
-    Ok(n)
+    Ok(out)
 }
 
 /// Runs the aggregate over the shared catalog at `catalog_url` (its bucket `bench` made).
@@ -110,19 +113,29 @@ pub async fn run(
             let n = GATEWAY_COUNTS[step];
             while gateways.len() < n {
                 let number = gateways.len() + 1;
-                let blobs_before = count_files(&objects)?;
+                let before = list_files(&objects)?;
                 let gw = procs::start_shared_gateway(
                     &cfg.sluice,
                     &dir.join(format!("gateway-{number}")),
                     catalog_url,
                     &objects,
                 )?;
-                let blobs_after = count_files(&objects)?;
-                if blobs_after != blobs_before {
+                let after = list_files(&objects)?;
+                let (blobs_before, blobs_after) = (before.len(), after.len());
+                if after != before {
+                    let names = |a: &std::collections::BTreeSet<_>, b| {
+                        a.difference(b)
+                            .take(5)
+                            .map(|p: &std::path::PathBuf| p.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    };
                     return Err(BenchError::Setup(format!(
                         "gateway {number} started on the shared catalog and the backend held \
                          {blobs_before} blobs before, {blobs_after} after: its start-up \
-                         changed the backend"
+                         changed the backend (new: [{}]; gone: [{}])",
+                        names(&after, &before),
+                        names(&before, &after),
                     )));
                 }
                 starts.push(Start {

@@ -147,6 +147,8 @@ pub fn free_port() -> Result<u16, BenchError> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// Waits until the server `child` started answers on `port` (see [`answers`]), failing if it
+/// exits first or `timeout` passes.
 pub fn wait_for_port(port: u16, child: &mut Child, timeout: Duration) -> Result<(), BenchError> {
     let deadline = Instant::now() + timeout;
     while Instant::now() < deadline {
@@ -155,14 +157,50 @@ pub fn wait_for_port(port: u16, child: &mut Child, timeout: Duration) -> Result<
                 "process exited ({status}) before listening on {port}"
             )));
         }
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if answers(port) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     Err(BenchError::Setup(format!(
-        "nothing listened on {port} within {timeout:?}"
+        "nothing answered on {port} within {timeout:?}"
     )))
+}
+
+/// Whether a server on `port` answers a request: sent `GET /`, it replies or closes the
+/// connection within a second. A connection alone says nothing: the gateway binds its
+/// listeners before it opens its catalog and backend (so that an address in use fails the
+/// start first), and the kernel completes connections to a bound socket that nobody
+/// accepts yet; a start counted done at the connection raced the gateway's own start-up
+/// (the aggregate's check that a start leaves the backend as it was once saw the
+/// backend's `O_DIRECT` probe file). Any reply counts, HTTP or a TLS alert.
+fn answers(port: u16) -> bool {
+    use std::io::{Read as _, Write as _};
+    let Ok(mut conn) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let wait = Some(Duration::from_secs(1));
+    if conn.set_read_timeout(wait).is_err() || conn.set_write_timeout(wait).is_err() {
+        return false;
+    }
+    if conn
+        .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
+        // Refused or reset while sending: the server is there and closed on us.
+        return true;
+    }
+    // A byte back, or the end (`UnexpectedEof`), is an answer; only the timeout is not.
+    let mut byte = [0u8; 1];
+    conn.read_exact(&mut byte).map_or_else(
+        |e| {
+            !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            )
+        },
+        |()| true,
+    )
 }
 
 /// A child process killed on drop.
@@ -481,6 +519,31 @@ mod tests {
     use std::fs;
 
     use super::*;
+
+    /// The readiness check that let the aggregate count a gateway's backend before the
+    /// gateway had opened it: a socket that is bound and listening but accepts nothing (as
+    /// the gateway's is while it opens its catalog and backend) does not answer; one that
+    /// accepts and replies does, and so does one that accepts and closes.
+    #[test]
+    fn a_bound_socket_nobody_accepts_on_does_not_answer() {
+        use std::io::{Read as _, Write as _};
+        let silent = TcpListener::bind("127.0.0.1:0").expect("bind");
+        assert!(!answers(silent.local_addr().expect("addr").port()));
+        let serving = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = serving.local_addr().expect("addr").port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = serving.accept().expect("accept");
+            let mut head = [0u8; 16];
+            let _ = conn.read(&mut head);
+            conn.write_all(b"HTTP/1.1 403 Forbidden\r\n\r\n")
+                .expect("reply");
+            let (closing, _) = serving.accept().expect("accept");
+            drop(closing);
+        });
+        assert!(answers(port), "a reply is an answer");
+        assert!(answers(port), "a close is an answer");
+        server.join().expect("server");
+    }
 
     /// A process that died is named with its status and its log's tail; a live one adds
     /// nothing to the error.
