@@ -659,34 +659,49 @@ impl Meter {
 
     /// The tenant's backlog now (bytes), and whether it is idle: nothing asked since the last
     /// look, nothing waiting, for [`IDLE`].
-    fn observe(&mut self, u: &sluice_throttle::TenantUsage, now: Instant) -> (f64, bool) {
-        let backlog =
-            u.asked.saturating_sub(u.served) as f64 + u.waiting as f64 * self.waiting_bytes;
-        let seen = self.seen.entry(u.name.clone()).or_insert(Seen {
-            asked: u.asked,
-            active_at: now,
-            reported: 0.0,
-        });
-        if backlog > 0.0 || u.asked != seen.asked {
+    fn observe(
+        &mut self,
+        name: &str,
+        asked: u64,
+        served: u64,
+        waiting: usize,
+        now: Instant,
+    ) -> (f64, bool) {
+        let backlog = asked.saturating_sub(served) as f64 + waiting as f64 * self.waiting_bytes;
+        if !self.seen.contains_key(name) {
+            self.seen.insert(
+                name.to_owned(),
+                Seen {
+                    asked,
+                    active_at: now,
+                    reported: 0.0,
+                },
+            );
+        }
+        let Some(seen) = self.seen.get_mut(name) else {
+            return (backlog, false);
+        };
+        if backlog > 0.0 || asked != seen.asked {
             seen.active_at = now;
         }
-        seen.asked = u.asked;
+        seen.asked = asked;
         (backlog, now.duration_since(seen.active_at) >= IDLE)
     }
 
     /// Whether this gateway should report now, between rounds: a tenant's backlog alone
     /// demands more than twice what it last reported and at least [`URGENT_FRACTION`] of
-    /// `capacity`, or a tenant that reported that much has gone idle.
+    /// `capacity`, or a tenant that reported that much has gone idle. Runs every [`SAMPLE`]:
+    /// it copies no tenant's name (only a tenant seen for the first time is added).
     fn urgent(&mut self, throttle: &Throttle, now: Instant, capacity: f64) -> bool {
         let least = URGENT_FRACTION * capacity;
         let mut urgent = false;
-        for u in throttle.usage() {
-            let (backlog, idle) = self.observe(&u, now);
-            let reported = self.seen.get(&u.name).map_or(0.0, |s| s.reported);
+        throttle.each_usage(|name, asked, served, waiting| {
+            let (backlog, idle) = self.observe(name, asked, served, waiting, now);
+            let reported = self.seen.get(name).map_or(0.0, |s| s.reported);
             let wants = backlog / BACKLOG_WINDOW;
             urgent |= wants >= least && wants > 2.0 * reported;
             urgent |= idle && reported >= least;
-        }
+        });
         urgent
     }
 
@@ -698,7 +713,7 @@ impl Meter {
         self.at = Some(now);
         let mut out = BTreeMap::new();
         for u in throttle.usage() {
-            let (backlog, idle) = self.observe(&u, now);
+            let (backlog, idle) = self.observe(&u.name, u.asked, u.served, u.waiting, now);
             let served0 = self.last.get(&u.name).copied().unwrap_or(u.served);
             let served = u.served.saturating_sub(served0) as f64 / dt;
             self.last.insert(u.name.clone(), u.served);

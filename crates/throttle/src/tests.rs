@@ -321,6 +321,14 @@ async fn a_live_share_changes_capacity_and_limits() {
     // Served counts cost units: each 1 MiB grain plus its per-op cost.
     assert!(served >= granted, "served {served} < granted {granted}");
     assert!(usage.iter().all(|u| u.asked == u.served && u.waiting == 0));
+    // The visiting form hands on the same counters, every tenant once.
+    let mut visited = Vec::new();
+    t.each_usage(|name, asked, served, waiting| {
+        visited.push(usage_of(name, asked, served, waiting));
+    });
+    visited.sort_by(|a, b| a.name.cmp(&b.name));
+    assert_eq!(visited, usage);
+    assert!(served > 0 && usage.len() == 2, "{usage:?}");
     // Back to the whole tier.
     t.set_share(None).await.expect("unshare");
     let again = saturate(&t, &["a", "b"], 4, 5).await;
@@ -378,4 +386,13 @@ async fn a_raised_share_shortens_the_work_already_booked() {
         next >= Duration::from_millis(240) && next <= Duration::from_millis(260),
         "waited {next:?}"
     );
+}
+
+fn usage_of(name: &str, asked: u64, served: u64, waiting: usize) -> TenantUsage {
+    TenantUsage {
+        name: name.to_owned(),
+        asked,
+        served,
+        waiting,
+    }
 }
