@@ -514,31 +514,10 @@ impl Engine for PgCatalog {
         parts: &[PartSpec],
         now_ms: i64,
         cond: &Precondition,
-    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        self.inner
-            .complete_upload_if(tenant, bucket, upload_id, key, parts, now_ms, cond, None)
-    }
-
-    fn complete_upload_with(
-        &self,
-        tenant: &str,
-        bucket: &str,
-        upload_id: &str,
-        key: &str,
-        parts: &[PartSpec],
-        now_ms: i64,
-        cond: &Precondition,
-        metadata: &std::collections::BTreeMap<String, String>,
+        metadata: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
         self.inner.complete_upload_if(
-            tenant,
-            bucket,
-            upload_id,
-            key,
-            parts,
-            now_ms,
-            cond,
-            Some(metadata),
+            tenant, bucket, upload_id, key, parts, now_ms, cond, metadata,
         )
     }
 

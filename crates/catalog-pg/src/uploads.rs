@@ -144,8 +144,7 @@ impl Inner {
         Ok(old)
     }
 
-    /// [`sluice_meta::Engine::complete_upload_if`], or with `metadata`
-    /// [`sluice_meta::Engine::complete_upload_with`].
+    /// [`sluice_meta::Engine::complete_upload_if`].
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn complete_upload_if(
         &self,

@@ -244,12 +244,18 @@ pub trait Engine: Send + Sync {
             parts,
             now_ms,
             &Precondition::None,
+            None,
         )
     }
 
     /// [`Engine::complete_upload`] if the object at `key` satisfies `cond`, decided in the
     /// transaction that completes it. On [`crate::MetaError::PreconditionFailed`] nothing
     /// changed: the upload stays in progress (S3 lets the client retry or abort it).
+    ///
+    /// With `metadata`, the object records that user metadata in place of the upload's: the
+    /// caller's, worked out from the parts it lists (whose ETags, checked in the
+    /// transaction, pin them). The node agent records there what an encrypted object's
+    /// reader needs (its parts' sizes).
     #[allow(clippy::too_many_arguments)]
     fn complete_upload_if(
         &self,
@@ -260,28 +266,8 @@ pub trait Engine: Send + Sync {
         parts: &[PartSpec],
         now_ms: i64,
         cond: &Precondition,
+        metadata: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)>;
-
-    /// [`Engine::complete_upload_if`], the object's user metadata `metadata` in place of the
-    /// upload's: the caller's, worked out from the parts it lists (whose ETags, checked in
-    /// the transaction, pin them). The node agent records there what an encrypted object's
-    /// reader needs (its parts' sizes). An engine without it refuses.
-    #[allow(clippy::too_many_arguments)]
-    fn complete_upload_with(
-        &self,
-        _tenant: &str,
-        _bucket: &str,
-        _upload_id: &str,
-        _key: &str,
-        _parts: &[PartSpec],
-        _now_ms: i64,
-        _cond: &Precondition,
-        _metadata: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        Err(crate::MetaError::Inconsistent(
-            "this catalog cannot complete an upload with its own metadata",
-        ))
-    }
 
     /// Drops an upload and returns its part blobs for deletion.
     fn abort_upload(

@@ -630,15 +630,10 @@ pub fn compare_and_swap_replaces_only_the_named_etag(h: &dyn Harness) {
     assert_eq!(c.ledger().usage("a").map(|u| (u.0, u.1)), Some((5, 0)));
 }
 
-pub fn a_failed_condition_leaves_a_multipart_upload_to_complete_later(h: &dyn Harness) {
-    let c = open(h);
-    c.create_bucket("a", "bkt", 1).expect("create");
-    put(&c, "a", "k", 2);
-    let up = UploadRecord {
-        key: "k".into(),
-        ..UploadRecord::default()
-    };
-    c.create_upload("a", "bkt", "u", &up).expect("upload");
+/// Starts upload `u` of `up` (at its key) in tenant `a`'s bucket `bkt`
+/// and puts its part 1: 4 bytes in blob `p`, ETag `00`.
+fn upload_of_one_part(c: &Catalog, up: &UploadRecord) {
+    c.create_upload("a", "bkt", "u", up).expect("upload");
     let r = c.ledger().reserve("a", 4).expect("reserve");
     let part = PartRecord {
         blob: "p".into(),
@@ -647,13 +642,35 @@ pub fn a_failed_condition_leaves_a_multipart_upload_to_complete_later(h: &dyn Ha
         last_modified_ms: 0,
         checksums: None,
     };
-    c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
+    c.put_part("a", "bkt", "u", &up.key, 1, part, r)
+        .expect("part");
+}
+
+/// Completes upload `u` of key `k` (started as [`upload_of_one_part`] starts it) at 9 ms.
+fn complete_the_upload(
+    c: &Catalog,
+    parts: &[PartSpec],
+    cond: &Precondition,
+    metadata: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
+    c.complete_upload_if("a", "bkt", "u", "k", parts, 9, cond, metadata)
+}
+
+pub fn a_failed_condition_leaves_a_multipart_upload_to_complete_later(h: &dyn Harness) {
+    let c = open(h);
+    c.create_bucket("a", "bkt", 1).expect("create");
+    put(&c, "a", "k", 2);
+    let up = UploadRecord {
+        key: "k".into(),
+        ..UploadRecord::default()
+    };
+    upload_of_one_part(&c, &up);
     let spec = [PartSpec {
         number: 1,
         etag: "\"00\"".into(),
     }];
     assert!(matches!(
-        c.complete_upload_if("a", "bkt", "u", "k", &spec, 9, &Precondition::IfAbsent),
+        complete_the_upload(&c, &spec, &Precondition::IfAbsent, None),
         Err(MetaError::PreconditionFailed)
     ));
     assert!(c.get_upload("a", "bkt", "u", "k").is_ok());
@@ -662,9 +679,8 @@ pub fn a_failed_condition_leaves_a_multipart_upload_to_complete_later(h: &dyn Ha
         .expect("get")
         .expect("obj")
         .etag;
-    let (done, replaced, _) = c
-        .complete_upload_if("a", "bkt", "u", "k", &spec, 9, &Precondition::IfEtag(etag))
-        .expect("complete");
+    let (done, replaced, _) =
+        complete_the_upload(&c, &spec, &Precondition::IfEtag(etag), None).expect("complete");
     assert_eq!(done.size, 4);
     assert_eq!(replaced.map(|o| o.size), Some(2));
 }
@@ -679,16 +695,7 @@ pub fn a_completion_with_its_own_metadata_records_it_in_the_same_transaction(h: 
             .collect(),
         ..UploadRecord::default()
     };
-    c.create_upload("a", "bkt", "u", &up).expect("upload");
-    let r = c.ledger().reserve("a", 4).expect("reserve");
-    let part = PartRecord {
-        blob: "p".into(),
-        size: 4,
-        etag: "00".into(),
-        last_modified_ms: 0,
-        checksums: None,
-    };
-    c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
+    upload_of_one_part(&c, &up);
     let mine: std::collections::BTreeMap<String, String> =
         [("entry".to_owned(), "p=4*1".to_owned())]
             .into_iter()
@@ -699,7 +706,7 @@ pub fn a_completion_with_its_own_metadata_records_it_in_the_same_transaction(h: 
         etag: "01".into(),
     }];
     assert!(matches!(
-        c.complete_upload_with("a", "bkt", "u", "k", &wrong, 9, &Precondition::None, &mine),
+        complete_the_upload(&c, &wrong, &Precondition::None, Some(&mine)),
         Err(MetaError::InvalidPart(1))
     ));
     assert!(c.get_object("a", "bkt", "k").expect("get").is_none());
@@ -707,9 +714,8 @@ pub fn a_completion_with_its_own_metadata_records_it_in_the_same_transaction(h: 
         number: 1,
         etag: "00".into(),
     }];
-    let (done, _, _) = c
-        .complete_upload_with("a", "bkt", "u", "k", &spec, 9, &Precondition::None, &mine)
-        .expect("complete");
+    let (done, _, _) =
+        complete_the_upload(&c, &spec, &Precondition::None, Some(&mine)).expect("complete");
     assert_eq!(done.metadata, mine);
     let stored = c.get_object("a", "bkt", "k").expect("get").expect("obj");
     assert_eq!(stored.metadata, mine, "the upload's metadata replaced");
@@ -749,25 +755,13 @@ pub fn every_commit_of_a_key_gets_a_greater_version(h: &dyn Harness) {
     let now = c.get_object("a", "bkt", "k").expect("get").expect("object");
     assert_eq!(now.version, future + 1);
     // A completed upload is versioned in its completing transaction too.
-    c.create_upload(
-        "a",
-        "bkt",
-        "u",
+    upload_of_one_part(
+        &c,
         &UploadRecord {
             key: "k".into(),
             ..UploadRecord::default()
         },
-    )
-    .expect("upload");
-    let r = c.ledger().reserve("a", 4).expect("reserve");
-    let part = PartRecord {
-        blob: "p".into(),
-        size: 4,
-        etag: "00".into(),
-        last_modified_ms: 0,
-        checksums: None,
-    };
-    c.put_part("a", "bkt", "u", "k", 1, part, r).expect("part");
+    );
     let spec = [PartSpec {
         number: 1,
         etag: "00".into(),

@@ -303,9 +303,8 @@ impl Front {
         );
         let metadata = self.completed_metadata(tenant, &b, &u, &k, &specs).await?;
         let (object, replaced, unused) = self
-            .meta(move |c| match &metadata {
-                None => c.complete_upload_if(&t, &b, &u, &k, &specs, now_ms(), &cond),
-                Some(m) => c.complete_upload_with(&t, &b, &u, &k, &specs, now_ms(), &cond, m),
+            .meta(move |c| {
+                c.complete_upload_if(&t, &b, &u, &k, &specs, now_ms(), &cond, metadata.as_ref())
             })
             .await?;
         let recorded = self

@@ -151,31 +151,10 @@ impl Engine for RedbCatalog {
         parts: &[PartSpec],
         now_ms: i64,
         cond: &Precondition,
+        metadata: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        Self::complete_upload_if(self, tenant, bucket, upload_id, key, parts, now_ms, cond)
-    }
-
-    fn complete_upload_with(
-        &self,
-        tenant: &str,
-        bucket: &str,
-        upload_id: &str,
-        key: &str,
-        parts: &[PartSpec],
-        now_ms: i64,
-        cond: &Precondition,
-        metadata: &std::collections::BTreeMap<String, String>,
-    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        Self::complete_upload_inner(
-            self,
-            tenant,
-            bucket,
-            upload_id,
-            key,
-            parts,
-            now_ms,
-            cond,
-            Some(metadata),
+        Self::complete_upload_if(
+            self, tenant, bucket, upload_id, key, parts, now_ms, cond, metadata,
         )
     }
 

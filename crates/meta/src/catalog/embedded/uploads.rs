@@ -99,22 +99,6 @@ impl RedbCatalog {
         parts: &[PartSpec],
         now_ms: i64,
         cond: &Precondition,
-    ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
-        self.complete_upload_inner(tenant, bucket, upload_id, key, parts, now_ms, cond, None)
-    }
-
-    /// [`crate::Engine::complete_upload_if`], or with `metadata`
-    /// [`crate::Engine::complete_upload_with`].
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn complete_upload_inner(
-        &self,
-        tenant: &str,
-        bucket: &str,
-        upload_id: &str,
-        key: &str,
-        parts: &[PartSpec],
-        now_ms: i64,
-        cond: &Precondition,
         metadata: Option<&std::collections::BTreeMap<String, String>>,
     ) -> Result<(ObjectRecord, Option<ObjectRecord>, Vec<String>)> {
         let txn = self.begin()?;
