@@ -207,12 +207,9 @@ where
                     if let Err(e) = sealed {
                         return Poll::Ready(Some(Err(SealError::Seal(e))));
                     }
-                    let n = this.filled;
-                    let last = this.hand_on(n);
-                    // The fresh buffer taken for a carry of nothing goes back unused.
-                    let spare = std::mem::take(&mut this.out);
-                    drop(this.buffers.hand_on(spare, 0));
-                    return Poll::Ready(Some(Ok(last)));
+                    // All of it, with nothing to carry: no next buffer.
+                    let full = std::mem::take(&mut this.out);
+                    return Poll::Ready(Some(Ok(this.buffers.hand_on(full, this.filled))));
                 }
             }
         }
