@@ -71,6 +71,9 @@ pub const WRITE_BEHIND_BYTES: u64 = 4 * 1024 * 1024;
 /// takes to be fetched and handed to the client.
 pub const READ_AHEAD_BYTES: u64 = 4 * 1024 * 1024;
 
+/// The shortest read of a local blob that goes around the page cache ([`read_file_range`]).
+const DIRECT_MIN: u64 = 512 * 1024;
+
 /// An object's bytes as a stream that is `Send + Sync` (what s3s bodies require).
 ///
 /// The mutex is never contended: `poll_next` has exclusive access and uses `get_mut`; it is
@@ -691,7 +694,7 @@ async fn fetch(
     let range = result.range.clone();
     match result.payload {
         GetResultPayload::File(file, local) => tokio::task::spawn_blocking(move || {
-            read_file_range(&file, range, &buffers)
+            read_file_range(&file, None, range, &buffers)
                 .map(Grain::Bytes)
                 .map_err(|source| object_store::Error::Generic {
                     store: "LocalFileSystem",
@@ -728,21 +731,41 @@ async fn get_range(
 /// A blob's file, opened by the first of a read's grains to need it and shared by the rest
 /// (`None`: the backend streamed instead).
 struct BlobFile {
-    file: tokio::sync::OnceCell<Option<Arc<std::fs::File>>>,
+    file: tokio::sync::OnceCell<Option<Opened>>,
     /// Where the read ends in this blob: the file must hold that much.
     end: u64,
+}
+
+/// A blob's file as the backend opened it, and the same file opened again with `O_DIRECT`
+/// (`None` where the filesystem refuses it, as tmpfs does) for reads that go around the page
+/// cache ([`read_file_range`]).
+#[derive(Clone)]
+struct Opened {
+    file: Arc<std::fs::File>,
+    direct: Option<Arc<std::fs::File>>,
+}
+
+/// `path` opened for reading with `O_DIRECT`, or `None` where that cannot be done (the
+/// filesystem refuses it, or the file is gone): the reads then take the page cache.
+fn open_direct(path: &std::path::Path) -> Option<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
+    rustix::fs::open(path, flags, Mode::empty())
+        .ok()
+        .map(std::fs::File::from)
 }
 
 /// The blob's file, opened by the first grain to need it (the backend hands back the open
 /// file) and checked then to hold all the read wants of it (blobs never change once written):
 /// a blob shorter than its record fails the read before its first byte, never sends or reads
-/// short data. `None`: the backend streams instead (none with local files).
+/// short data. The same file is opened once more with `O_DIRECT` for the grains to read
+/// around the page cache. `None`: the backend streams instead (none with local files).
 async fn open_blob<'a>(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: Range<u64>,
     blob: &'a BlobFile,
-) -> object_store::Result<Option<&'a Arc<std::fs::File>>> {
+) -> object_store::Result<Option<&'a Opened>> {
     let opened = blob
         .file
         .get_or_try_init(|| async {
@@ -762,7 +785,14 @@ async fn open_blob<'a>(
                     .into(),
                 });
             }
-            Ok(Some(Arc::new(file)))
+            let direct = tokio::task::spawn_blocking(move || open_direct(&local))
+                .await
+                .ok()
+                .flatten();
+            Ok(Some(Opened {
+                file: Arc::new(file),
+                direct: direct.map(Arc::new),
+            }))
         })
         .await?;
     Ok(opened.as_ref())
@@ -783,7 +813,7 @@ async fn send_grain(
         return fetch(store, path, range, buffers).await;
     }
     match open_blob(store, path, range.clone(), blob).await? {
-        Some(file) => Ok(Grain::File(Arc::clone(file), range)),
+        Some(opened) => Ok(Grain::File(Arc::clone(&opened.file), range)),
         None => fetch(store, path, range, buffers).await,
     }
 }
@@ -800,13 +830,16 @@ async fn read_grain(
     blob: &BlobFile,
     buffers: ReadBuffers,
 ) -> object_store::Result<Grain> {
-    let Some(file) = open_blob(store, path, range.clone(), blob).await? else {
+    let Some(opened) = open_blob(store, path, range.clone(), blob).await? else {
         return fetch(store, path, range, buffers).await;
     };
-    let file = Arc::clone(file);
+    let Opened { file, direct } = opened.clone();
+    // Only a read of a good part of a grain goes around the page cache: a short one (a small
+    // object, a short range) may well find its pages cached, and costs the disk little if not.
+    let direct = direct.filter(|_| range.end - range.start >= DIRECT_MIN);
     let name = path.to_string();
     tokio::task::spawn_blocking(move || {
-        read_file_range(&file, range, &buffers)
+        read_file_range(&file, direct.as_deref(), range, &buffers)
             .map(Grain::Bytes)
             .map_err(|source| object_store::Error::Generic {
                 store: "LocalFileSystem",
@@ -820,45 +853,102 @@ async fn read_grain(
     })?
 }
 
-/// Reads exactly `range` of `file` into an empty buffer from `buffers` (no zero-fill: the
-/// positioned reads go into the buffer's spare capacity); a file shorter than the range is an
-/// error, never short data. Positioned reads leave the file's offset alone, so the grains of
-/// one blob may read its one open file at once.
+/// Reads exactly `range` of `file` into a buffer from `buffers`; a file shorter than the range
+/// is an error, never short data. Positioned reads leave the file's offset alone, so the grains
+/// of one blob may read its one open file at once.
+///
+/// With `direct` (the same file opened with `O_DIRECT`) the range, rounded out to whole
+/// blocks, is read from the disk straight into the buffer's aligned space, around the page
+/// cache: no copy out of the cache, and no cache filled with a copy of what is about to be
+/// sent. A file whose `O_DIRECT` reads are refused (`EINVAL`) is read through the cache from
+/// where the direct reads stopped. The page cache and `O_DIRECT` agree: the kernel writes
+/// back a dirty page before a direct read of it.
 fn read_file_range(
     file: &std::fs::File,
+    direct: Option<&std::fs::File>,
     range: Range<u64>,
     buffers: &ReadBuffers,
 ) -> std::io::Result<Bytes> {
     let len = range.end - range.start;
-    // All of the range is about to be read: have the kernel fetch it at once rather than
-    // as its read-ahead window ramps up. Advice only: an error changes nothing but the speed.
-    if let Some(n) = std::num::NonZeroU64::new(len) {
-        let _ = rustix::fs::fadvise(file, range.start, Some(n), rustix::fs::Advice::WillNeed);
-    }
     let want = usize::try_from(len).map_err(std::io::Error::other)?;
+    let align = buffers::ALIGN as u64;
+    // Where the read starts in the buffer's space: the range's offset in its block when read
+    // by whole blocks.
+    let lead = if direct.is_some() {
+        (range.start % align) as usize
+    } else {
+        0
+    };
+    let base = range.start - lead as u64;
+    let end = lead + want;
     let mut lent = buffers.take(want);
-    let buf = &mut lent.buf;
-    buf.reserve_exact(want);
-    while buf.len() < want {
-        let at = range.start + buf.len() as u64;
-        // Into all of the spare capacity: a kept buffer may hold more than the range (up to
-        // a grain), and what it reads past the range is cut off below.
-        match rustix::io::pread(file, rustix::buffer::spare_capacity(buf), at) {
-            Ok(0) => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "{} of {len} bytes: the blob is shorter than its record",
-                        buf.len()
-                    ),
-                ));
-            }
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+    let space = lent.space();
+    let short = |got: usize| {
+        std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "{} of {len} bytes: the blob is shorter than its record",
+                got.saturating_sub(lead)
+            ),
+        )
+    };
+    let mut done = match direct {
+        Some(direct) => {
+            let blocks = &mut space[..end.next_multiple_of(buffers::ALIGN)];
+            read_direct(direct, blocks, base, end, short)?
+        }
+        None => 0,
+    }
+    .max(lead);
+    if done < end {
+        // All of the rest is about to be read: have the kernel fetch it at once rather than as
+        // its read-ahead window ramps up. Advice only: an error changes nothing but the speed.
+        if let Some(n) = std::num::NonZeroU64::new((end - done) as u64) {
+            let from = base + done as u64;
+            let _ = rustix::fs::fadvise(file, from, Some(n), rustix::fs::Advice::WillNeed);
+        }
+    }
+    while done < end {
+        match rustix::io::pread(file, &mut space[done..end], base + done as u64) {
+            Ok(0) => return Err(short(done)),
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
             Err(e) => return Err(e.into()),
         }
     }
-    buf.truncate(want);
-    Ok(lent.freeze())
+    Ok(lent.freeze(lead..end))
+}
+
+/// Reads whole blocks of `file` (opened with `O_DIRECT`) from `base` into `space` (aligned, a
+/// whole number of blocks) until the first `end` bytes are in: how many bytes are in, at least
+/// `end`, or fewer where the filesystem refused a direct read (`EINVAL`), for the caller to
+/// read the rest through the page cache. A file that ends short of `end` is `short(bytes in)`.
+fn read_direct(
+    file: &std::fs::File,
+    space: &mut [u8],
+    base: u64,
+    end: usize,
+    short: impl Fn(usize) -> std::io::Error,
+) -> std::io::Result<usize> {
+    let mut done = 0;
+    while done < end {
+        match rustix::io::pread(file, &mut space[done..], base + done as u64) {
+            // A read of less than whole blocks ends at the end of the file.
+            Ok(n) if n == 0 || n % buffers::ALIGN != 0 => {
+                done += n;
+                return if done >= end {
+                    Ok(done)
+                } else {
+                    Err(short(done))
+                };
+            }
+            Ok(n) => done += n,
+            Err(rustix::io::Errno::INTR) => {}
+            Err(rustix::io::Errno::INVAL) => return Ok(done),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(done)
 }
 
 /// How many transfers of `unit` bytes fill a window of `bytes`: at least two, so that one is

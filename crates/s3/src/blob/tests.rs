@@ -142,19 +142,129 @@ fn a_file_range_reads_exactly_or_fails() {
     let file = std::fs::File::open(&path).expect("open");
     // Grains of 8 KiB: reads of 4 KiB or more go through kept buffers.
     let buffers = ReadBuffers::new(8192);
-    let whole = read_file_range(&file, 0..8192, &buffers).expect("read");
+    let whole = read_file_range(&file, None, 0..8192, &buffers).expect("read");
     assert_eq!(&whole[..], &data[..8192]);
     let at = whole.as_ptr();
     drop(whole);
     // Into the same buffer, over the bytes it held: exactly the range's.
-    let got = read_file_range(&file, 1234..5678, &buffers).expect("read");
+    let got = read_file_range(&file, None, 1234..5678, &buffers).expect("read");
     assert_eq!(got.as_ptr(), at);
     assert_eq!(&got[..], &data[1234..5678]);
     for range in [9_000..11_000, 5_000..11_000] {
-        let err = read_file_range(&file, range, &buffers).expect_err("past the end");
+        let err = read_file_range(&file, None, range, &buffers).expect_err("past the end");
         assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A file of `len` patterned bytes in a fresh directory of the system's temporary directory
+/// (a real disk here: `O_DIRECT` reads need one), written and synced.
+fn patterned_file(name: &str, len: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join(name);
+    let data: Vec<u8> = (0..len as u64)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+        .collect();
+    let mut f = std::fs::File::create(&path).expect("create");
+    f.write_all(&data).expect("write");
+    f.sync_all().expect("sync");
+    (dir, path, data)
+}
+
+#[test]
+fn direct_reads_return_exactly_the_range_from_any_offset_to_the_end_of_the_file() {
+    // Three blocks and a part of a fourth: ranges start and end inside blocks, and reach the
+    // file's last, partial block.
+    let len = 3 * buffers::ALIGN + 1234;
+    let (_dir, path, data) = patterned_file("blob", len);
+    let Some(direct) = open_direct(&path) else {
+        panic!("the temporary directory's filesystem refused O_DIRECT");
+    };
+    let file = std::fs::File::open(&path).expect("open");
+    let buffers = ReadBuffers::new(4 * buffers::ALIGN);
+    let ranges = [
+        0..len,
+        0..1,
+        1..len,
+        4095..4097,
+        5000..len,
+        len - 1..len,
+        4096..8192,
+        100..3 * 4096,
+    ];
+    for range in ranges {
+        let r = range.start as u64..range.end as u64;
+        let got = read_file_range(&file, Some(&direct), r, &buffers).expect("read");
+        assert_eq!(got.len(), range.len(), "{range:?}");
+        assert!(got[..] == data[range.clone()], "{range:?}: wrong bytes");
+    }
+}
+
+#[test]
+fn a_direct_read_past_the_end_of_the_file_fails_and_never_returns_short_data() {
+    let len = 2 * buffers::ALIGN + 10;
+    let (_dir, path, _) = patterned_file("blob", len);
+    let direct = open_direct(&path).expect("O_DIRECT");
+    let file = std::fs::File::open(&path).expect("open");
+    let buffers = ReadBuffers::new(4 * buffers::ALIGN);
+    let len = len as u64;
+    // Short by a byte inside the last block, by whole blocks, and wholly past the end.
+    for range in [
+        0..len + 1,
+        4096..len + 5000,
+        len..len + 4096,
+        len + 10..len + 20,
+    ] {
+        let err = read_file_range(&file, Some(&direct), range.clone(), &buffers)
+            .expect_err("past the end");
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof, "{range:?}");
+        assert!(err.to_string().contains("shorter than its record"), "{err}");
+    }
+}
+
+#[test]
+fn a_direct_read_sees_a_write_still_in_the_page_cache() {
+    use std::io::{Seek, SeekFrom, Write};
+    let (_dir, path, mut data) = patterned_file("blob", 64 * 1024);
+    let file = std::fs::File::open(&path).expect("open");
+    let direct = open_direct(&path).expect("O_DIRECT");
+    let buffers = ReadBuffers::new(64 * 1024);
+    // A byte changed through the page cache and not synced (a dirty page): the direct read
+    // must see it (the kernel writes the page back first), as the checksums' check relies on.
+    let mut w = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open to write");
+    w.seek(SeekFrom::Start(40_000)).expect("seek");
+    w.write_all(&[!data[40_000]]).expect("write");
+    data[40_000] = !data[40_000];
+    let got = read_file_range(&file, Some(&direct), 0..64 * 1024, &buffers).expect("read");
+    assert!(
+        got[..] == data[..],
+        "the direct read missed the cached write"
+    );
+}
+
+#[test]
+fn a_refused_direct_read_is_left_to_the_page_cache_and_a_missing_file_has_no_direct_handle() {
+    let (dir, path, data) = patterned_file("blob", 4 * buffers::ALIGN);
+    assert!(open_direct(&dir.path().join("absent")).is_none());
+    let direct = open_direct(&path).expect("O_DIRECT");
+    // A buffer off its block boundary: the kernel refuses the direct read (EINVAL), which
+    // reads nothing and is no error, so that the caller reads the range through the cache.
+    let mut buf = vec![0u8; 6 * buffers::ALIGN];
+    let off = buf.as_ptr().align_offset(buffers::ALIGN) + 1;
+    let space = &mut buf[off..off + 4 * buffers::ALIGN];
+    let never = |_| -> std::io::Error { unreachable!("not short") };
+    let got = read_direct(&direct, space, 0, 4 * buffers::ALIGN, never).expect("no error");
+    assert_eq!(got, 0, "a misaligned direct read was taken");
+    // The same read with an aligned buffer is taken whole.
+    let buffers = ReadBuffers::new(4 * buffers::ALIGN);
+    let mut lent = buffers.take(4 * buffers::ALIGN);
+    let got = read_direct(&direct, lent.space(), 0, 4 * buffers::ALIGN, never).expect("read");
+    assert_eq!(got, 4 * buffers::ALIGN);
+    assert!(lent.freeze(0..got)[..] == data[..]);
 }
 
 #[tokio::test]
