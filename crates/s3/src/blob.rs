@@ -857,10 +857,10 @@ async fn read_grain(
 /// is an error, never short data. Positioned reads leave the file's offset alone, so the grains
 /// of one blob may read its one open file at once.
 ///
-/// With `direct` (the same file opened with `O_DIRECT`) the range, rounded out to whole
-/// blocks, is read from the disk straight into the buffer's aligned space, around the page
-/// cache: no copy out of the cache, and no cache filled with a copy of what is about to be
-/// sent. A file whose `O_DIRECT` reads are refused (`EINVAL`) is read through the cache from
+/// With `direct` (the same file opened with `O_DIRECT`) a range whose first page is not in
+/// the page cache ([`probe_cache`]), rounded out to whole blocks, is read from the disk
+/// straight into the buffer's aligned space, around the page cache: no copy out of the cache,
+/// and no cache filled with a copy of what is about to be sent. A file whose `O_DIRECT` reads are refused (`EINVAL`) is read through the cache from
 /// where the direct reads stopped. The page cache and `O_DIRECT` agree: the kernel writes
 /// back a dirty page before a direct read of it.
 fn read_file_range(
@@ -892,14 +892,24 @@ fn read_file_range(
             ),
         )
     };
-    let mut done = match direct {
-        Some(direct) => {
-            let blocks = &mut space[..end.next_multiple_of(buffers::ALIGN)];
-            read_direct(direct, blocks, base, end, short)?
-        }
-        None => 0,
+    let mut done = lead;
+    // A grain whose first page is in the page cache is read from there: hot data (a shard
+    // every rank restores, a blob just written) stays a copy from memory. The probe's miss
+    // brings that one page in, so a grain read twice is read through the cache the second
+    // time and is cached from then on; one read once costs the disk a page more.
+    let direct = direct.filter(
+        |_| match probe_cache(file, range.start, &mut space[lead..]) {
+            Some(n) => {
+                done += n;
+                false
+            }
+            None => true,
+        },
+    );
+    if let Some(direct) = direct {
+        let blocks = &mut space[..end.next_multiple_of(buffers::ALIGN)];
+        done = read_direct(direct, blocks, base, end, short)?.max(lead);
     }
-    .max(lead);
     if done < end {
         // All of the rest is about to be read: have the kernel fetch it at once rather than as
         // its read-ahead window ramps up. Advice only: an error changes nothing but the speed.
@@ -917,6 +927,23 @@ fn read_file_range(
         }
     }
     Ok(lent.freeze(lead..end))
+}
+
+/// Whether the page of `file` holding `at` is in the page cache: if so, how many bytes of it
+/// from `at` (at most the rest of that page, and of `buf`) it read into `buf` from there, and
+/// `None` when it is not (the read would have waited for the disk: `RWF_NOWAIT`), at the end
+/// of the file, or the filesystem cannot say. The file is advised random access first, so a
+/// miss reads that one page in and no read-ahead beyond it (the rest of a grain read through
+/// the cache is asked for by `WILLNEED`).
+fn probe_cache(file: &std::fs::File, at: u64, buf: &mut [u8]) -> Option<usize> {
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
+    let page = buffers::ALIGN - (at % buffers::ALIGN as u64) as usize;
+    let n = page.min(buf.len());
+    let mut slice = [std::io::IoSliceMut::new(&mut buf[..n])];
+    match rustix::io::preadv2(file, &mut slice, at, rustix::io::ReadWriteFlags::NOWAIT) {
+        Ok(n) if n > 0 => Some(n),
+        _ => None,
+    }
 }
 
 /// Reads whole blocks of `file` (opened with `O_DIRECT`) from `base` into `space` (aligned, a

@@ -158,7 +158,8 @@ fn a_file_range_reads_exactly_or_fails() {
 }
 
 /// A file of `len` patterned bytes in a fresh directory of the system's temporary directory
-/// (a real disk here: `O_DIRECT` reads need one), written and synced.
+/// (a real disk here: `O_DIRECT` reads need one), written, synced and dropped from the page
+/// cache.
 fn patterned_file(name: &str, len: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<u8>) {
     use std::io::Write;
     let dir = tempfile::tempdir().expect("temp dir");
@@ -169,7 +170,56 @@ fn patterned_file(name: &str, len: usize) -> (tempfile::TempDir, std::path::Path
     let mut f = std::fs::File::create(&path).expect("create");
     f.write_all(&data).expect("write");
     f.sync_all().expect("sync");
+    uncache(&path);
     (dir, path, data)
+}
+
+/// Drops the (clean) pages of the file at `path` from the page cache.
+fn uncache(path: &std::path::Path) {
+    let f = std::fs::File::open(path).expect("open");
+    rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).expect("fadvise");
+}
+
+#[test]
+fn a_grain_is_read_around_the_page_cache_unless_its_first_page_is_cached() {
+    let len = 64 * 1024;
+    let (_dir, path, data) = patterned_file("blob", len);
+    let file = std::fs::File::open(&path).expect("open");
+    let direct = open_direct(&path).expect("O_DIRECT");
+    let buffers = ReadBuffers::new(len);
+    let mut page = vec![0u8; buffers::ALIGN];
+    // Each probe below looks at a page no probe or read has touched: a probe's miss brings
+    // its page in.
+    assert_eq!(
+        probe_cache(&file, 8192, &mut page),
+        None,
+        "a dropped page is cached"
+    );
+    // Its first page not cached: read around the cache, which it leaves as it was.
+    let got = read_file_range(&file, Some(&direct), 0..len as u64, &buffers).expect("read");
+    assert!(got[..] == data[..], "wrong bytes read directly");
+    assert_eq!(
+        probe_cache(&file, 16_384, &mut page),
+        None,
+        "the direct read filled the page cache"
+    );
+    // Its first page cached (read through the cache): the whole grain is read through the
+    // cache, which holds all of it then.
+    drop(got);
+    rustix::io::pread(&file, &mut page, 0).expect("read the first page");
+    let got = read_file_range(&file, Some(&direct), 0..len as u64, &buffers).expect("read");
+    assert!(got[..] == data[..], "wrong bytes read through the cache");
+    assert_eq!(probe_cache(&file, 24_576, &mut page), Some(buffers::ALIGN));
+    assert!(
+        page[..] == data[24_576..28_672],
+        "the probe read the wrong bytes"
+    );
+    // A probe from inside a page reads to that page's end, and at the end of the file none.
+    assert_eq!(
+        probe_cache(&file, 24_576 + 100, &mut page),
+        Some(buffers::ALIGN - 100)
+    );
+    assert_eq!(probe_cache(&file, len as u64, &mut page), None);
 }
 
 #[test]
@@ -194,6 +244,8 @@ fn direct_reads_return_exactly_the_range_from_any_offset_to_the_end_of_the_file(
         100..3 * 4096,
     ];
     for range in ranges {
+        // Every read from the disk: a cached first page would take the read to the cache.
+        uncache(&path);
         let r = range.start as u64..range.end as u64;
         let got = read_file_range(&file, Some(&direct), r, &buffers).expect("read");
         assert_eq!(got.len(), range.len(), "{range:?}");
@@ -224,14 +276,15 @@ fn a_direct_read_past_the_end_of_the_file_fails_and_never_returns_short_data() {
 }
 
 #[test]
-fn a_direct_read_sees_a_write_still_in_the_page_cache() {
+fn a_read_sees_a_write_still_in_the_page_cache() {
     use std::io::{Seek, SeekFrom, Write};
     let (_dir, path, mut data) = patterned_file("blob", 64 * 1024);
     let file = std::fs::File::open(&path).expect("open");
     let direct = open_direct(&path).expect("O_DIRECT");
     let buffers = ReadBuffers::new(64 * 1024);
-    // A byte changed through the page cache and not synced (a dirty page): the direct read
-    // must see it (the kernel writes the page back first), as the checksums' check relies on.
+    // A byte changed through the page cache and not synced (a dirty page): the read must see
+    // it, as the checksums' check relies on. The dirty page is at 40,000, past the first
+    // (not cached): the read goes around the cache, and the kernel writes the page back first.
     let mut w = std::fs::OpenOptions::new()
         .write(true)
         .open(&path)
