@@ -731,41 +731,51 @@ async fn get_range(
 /// A blob's file, opened by the first of a read's grains to need it and shared by the rest
 /// (`None`: the backend streamed instead).
 struct BlobFile {
-    file: tokio::sync::OnceCell<Option<Opened>>,
+    file: tokio::sync::OnceCell<Option<Arc<Opened>>>,
     /// Where the read ends in this blob: the file must hold that much.
     end: u64,
 }
 
-/// A blob's file as the backend opened it, and the same file opened again with `O_DIRECT`
-/// (`None` where the filesystem refuses it, as tmpfs does) for reads that go around the page
-/// cache ([`read_file_range`]).
-#[derive(Clone)]
+/// A blob's file as the backend opened it, and, opened by the first read that goes around the
+/// page cache ([`read_file_range`]), the same file again with `O_DIRECT`.
 struct Opened {
     file: Arc<std::fs::File>,
-    direct: Option<Arc<std::fs::File>>,
+    local: std::path::PathBuf,
+    direct: std::sync::OnceLock<Option<std::fs::File>>,
 }
 
-/// `path` opened for reading with `O_DIRECT`, or `None` where that cannot be done (the
-/// filesystem refuses it, or the file is gone): the reads then take the page cache.
-fn open_direct(path: &std::path::Path) -> Option<std::fs::File> {
+impl Opened {
+    /// The file opened with `O_DIRECT` (see [`open_direct`]), opened on the first call.
+    fn direct(&self) -> Option<&std::fs::File> {
+        self.direct
+            .get_or_init(|| open_direct(&self.file, &self.local))
+            .as_ref()
+    }
+}
+
+/// `path` (the file `file` has open) opened again for reading with `O_DIRECT`, or `None`
+/// where that cannot be done (the filesystem refuses it, or the file is gone): the reads then
+/// take the page cache. Once it is open, `file` is advised random access: its reads are then
+/// only the probes of [`probe_cache`], whose misses should read in their one page and no
+/// read-ahead, and the reads of grains found cached, which ask for the rest by `WILLNEED`.
+fn open_direct(file: &std::fs::File, path: &std::path::Path) -> Option<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
     let flags = OFlags::RDONLY | OFlags::DIRECT | OFlags::CLOEXEC;
-    rustix::fs::open(path, flags, Mode::empty())
-        .ok()
-        .map(std::fs::File::from)
+    let direct = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
+    Some(std::fs::File::from(direct))
 }
 
 /// The blob's file, opened by the first grain to need it (the backend hands back the open
 /// file) and checked then to hold all the read wants of it (blobs never change once written):
 /// a blob shorter than its record fails the read before its first byte, never sends or reads
-/// short data. The same file is opened once more with `O_DIRECT` for the grains to read
-/// around the page cache. `None`: the backend streams instead (none with local files).
+/// short data. `None`: the backend streams instead (none with local files).
 async fn open_blob<'a>(
     store: &Arc<dyn ObjectStore>,
     path: &Path,
     range: Range<u64>,
     blob: &'a BlobFile,
-) -> object_store::Result<Option<&'a Opened>> {
+) -> object_store::Result<Option<&'a Arc<Opened>>> {
     let opened = blob
         .file
         .get_or_try_init(|| async {
@@ -785,14 +795,11 @@ async fn open_blob<'a>(
                     .into(),
                 });
             }
-            let direct = tokio::task::spawn_blocking(move || open_direct(&local))
-                .await
-                .ok()
-                .flatten();
-            Ok(Some(Opened {
+            Ok(Some(Arc::new(Opened {
                 file: Arc::new(file),
-                direct: direct.map(Arc::new),
-            }))
+                local,
+                direct: std::sync::OnceLock::new(),
+            })))
         })
         .await?;
     Ok(opened.as_ref())
@@ -833,13 +840,14 @@ async fn read_grain(
     let Some(opened) = open_blob(store, path, range.clone(), blob).await? else {
         return fetch(store, path, range, buffers).await;
     };
-    let Opened { file, direct } = opened.clone();
+    let opened = Arc::clone(opened);
     // Only a read of a good part of a grain goes around the page cache: a short one (a small
     // object, a short range) may well find its pages cached, and costs the disk little if not.
-    let direct = direct.filter(|_| range.end - range.start >= DIRECT_MIN);
+    let around = range.end - range.start >= DIRECT_MIN;
     let name = path.to_string();
     tokio::task::spawn_blocking(move || {
-        read_file_range(&file, direct.as_deref(), range, &buffers)
+        let direct = if around { opened.direct() } else { None };
+        read_file_range(&opened.file, direct, range, &buffers)
             .map(Grain::Bytes)
             .map_err(|source| object_store::Error::Generic {
                 store: "LocalFileSystem",
@@ -860,9 +868,10 @@ async fn read_grain(
 /// With `direct` (the same file opened with `O_DIRECT`) a range whose first page is not in
 /// the page cache ([`probe_cache`]), rounded out to whole blocks, is read from the disk
 /// straight into the buffer's aligned space, around the page cache: no copy out of the cache,
-/// and no cache filled with a copy of what is about to be sent. A file whose `O_DIRECT` reads are refused (`EINVAL`) is read through the cache from
-/// where the direct reads stopped. The page cache and `O_DIRECT` agree: the kernel writes
-/// back a dirty page before a direct read of it.
+/// and no cache filled with a copy of what is about to be sent. A file whose `O_DIRECT` reads
+/// are refused (`EINVAL`) is read through the cache from where the direct reads stopped. The
+/// page cache and `O_DIRECT` agree: the kernel writes back a dirty page before a direct read
+/// of it.
 fn read_file_range(
     file: &std::fs::File,
     direct: Option<&std::fs::File>,
@@ -893,19 +902,15 @@ fn read_file_range(
         )
     };
     let mut done = lead;
+    let mut direct = direct;
     // A grain whose first page is in the page cache is read from there: hot data (a shard
     // every rank restores, a blob just written) stays a copy from memory. The probe's miss
     // brings that one page in, so a grain read twice is read through the cache the second
     // time and is cached from then on; one read once costs the disk a page more.
-    let direct = direct.filter(
-        |_| match probe_cache(file, range.start, &mut space[lead..]) {
-            Some(n) => {
-                done += n;
-                false
-            }
-            None => true,
-        },
-    );
+    if let Some(n) = direct.and_then(|_| probe_cache(file, range.start, &mut space[lead..])) {
+        done += n;
+        direct = None;
+    }
     if let Some(direct) = direct {
         let blocks = &mut space[..end.next_multiple_of(buffers::ALIGN)];
         done = read_direct(direct, blocks, base, end, short)?.max(lead);
@@ -932,11 +937,9 @@ fn read_file_range(
 /// Whether the page of `file` holding `at` is in the page cache: if so, how many bytes of it
 /// from `at` (at most the rest of that page, and of `buf`) it read into `buf` from there, and
 /// `None` when it is not (the read would have waited for the disk: `RWF_NOWAIT`), at the end
-/// of the file, or the filesystem cannot say. The file is advised random access first, so a
-/// miss reads that one page in and no read-ahead beyond it (the rest of a grain read through
-/// the cache is asked for by `WILLNEED`).
+/// of the file, or the filesystem cannot say. A miss reads that one page in, and no
+/// read-ahead beyond it once the file is advised random access ([`open_direct`]).
 fn probe_cache(file: &std::fs::File, at: u64, buf: &mut [u8]) -> Option<usize> {
-    let _ = rustix::fs::fadvise(file, 0, None, rustix::fs::Advice::Random);
     let page = buffers::ALIGN - (at % buffers::ALIGN as u64) as usize;
     let n = page.min(buf.len());
     let mut slice = [std::io::IoSliceMut::new(&mut buf[..n])];

@@ -185,7 +185,7 @@ fn a_grain_is_read_around_the_page_cache_unless_its_first_page_is_cached() {
     let len = 64 * 1024;
     let (_dir, path, data) = patterned_file("blob", len);
     let file = std::fs::File::open(&path).expect("open");
-    let direct = open_direct(&path).expect("O_DIRECT");
+    let direct = open_direct(&file, &path).expect("O_DIRECT");
     let buffers = ReadBuffers::new(len);
     let mut page = vec![0u8; buffers::ALIGN];
     // Each probe below looks at a page no probe or read has touched: a probe's miss brings
@@ -228,10 +228,10 @@ fn direct_reads_return_exactly_the_range_from_any_offset_to_the_end_of_the_file(
     // file's last, partial block.
     let len = 3 * buffers::ALIGN + 1234;
     let (_dir, path, data) = patterned_file("blob", len);
-    let Some(direct) = open_direct(&path) else {
+    let file = std::fs::File::open(&path).expect("open");
+    let Some(direct) = open_direct(&file, &path) else {
         panic!("the temporary directory's filesystem refused O_DIRECT");
     };
-    let file = std::fs::File::open(&path).expect("open");
     let buffers = ReadBuffers::new(4 * buffers::ALIGN);
     let ranges = [
         0..len,
@@ -257,8 +257,8 @@ fn direct_reads_return_exactly_the_range_from_any_offset_to_the_end_of_the_file(
 fn a_direct_read_past_the_end_of_the_file_fails_and_never_returns_short_data() {
     let len = 2 * buffers::ALIGN + 10;
     let (_dir, path, _) = patterned_file("blob", len);
-    let direct = open_direct(&path).expect("O_DIRECT");
     let file = std::fs::File::open(&path).expect("open");
+    let direct = open_direct(&file, &path).expect("O_DIRECT");
     let buffers = ReadBuffers::new(4 * buffers::ALIGN);
     let len = len as u64;
     // Short by a byte inside the last block, by whole blocks, and wholly past the end.
@@ -280,7 +280,7 @@ fn a_read_sees_a_write_still_in_the_page_cache() {
     use std::io::{Seek, SeekFrom, Write};
     let (_dir, path, mut data) = patterned_file("blob", 64 * 1024);
     let file = std::fs::File::open(&path).expect("open");
-    let direct = open_direct(&path).expect("O_DIRECT");
+    let direct = open_direct(&file, &path).expect("O_DIRECT");
     let buffers = ReadBuffers::new(64 * 1024);
     // A byte changed through the page cache and not synced (a dirty page): the read must see
     // it, as the checksums' check relies on. The dirty page is at 40,000, past the first
@@ -302,8 +302,9 @@ fn a_read_sees_a_write_still_in_the_page_cache() {
 #[test]
 fn a_refused_direct_read_is_left_to_the_page_cache_and_a_missing_file_has_no_direct_handle() {
     let (dir, path, data) = patterned_file("blob", 4 * buffers::ALIGN);
-    assert!(open_direct(&dir.path().join("absent")).is_none());
-    let direct = open_direct(&path).expect("O_DIRECT");
+    let file = std::fs::File::open(&path).expect("open");
+    assert!(open_direct(&file, &dir.path().join("absent")).is_none());
+    let direct = open_direct(&file, &path).expect("O_DIRECT");
     // A buffer off its block boundary: the kernel refuses the direct read (EINVAL), which
     // reads nothing and is no error, so that the caller reads the range through the cache.
     let mut buf = vec![0u8; 6 * buffers::ALIGN];
